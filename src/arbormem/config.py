@@ -1,0 +1,65 @@
+"""Settings: constructor arguments > environment (``ARBORMEM_*``) > defaults.
+
+Nested groups use ``__`` in environment names, e.g. ``ARBORMEM_LLM__BASE_URL``. Thresholds
+below are calibrated for the bundled all-MiniLM-L6-v2 embedder; ``docs/architecture.md`` says
+how.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class LLMSettings(BaseModel):
+    """An optional OpenAI-compatible chat endpoint. Unset base_url/model = offline."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key: SecretStr | None = None
+    timeout: float = 30.0
+    max_retries: int = 2
+    concurrency: int = 4
+
+
+class TreeSettings(BaseModel):
+    """Placement of exchanges in the topic tree (see docs/architecture.md, "Placement")."""
+
+    max_children: int = Field(8, ge=3, le=64)
+    # Continue the open topic when the exchange is at least this similar to its centroid
+    # (cosine, MiniLM). Calibrated so adjacent same-subject exchanges mostly continue.
+    continue_threshold: float = 0.30
+    # Descend into a theme when the exchange is at least this similar to the theme centroid;
+    # raised by ``descend_step`` per level (MemTree's depth-tightening threshold).
+    descend_threshold: float = 0.32
+    descend_step: float = 0.04
+    # A gap this long between exchanges (or a new session id) always starts a new topic.
+    session_gap_hours: float = 3.0
+    # A topic is cut once it grows past this many exchanges, so packets stay small.
+    max_topic_size: int = 24
+
+
+class RecallSettings(BaseModel):
+    """Defaults of ``Memory.recall``."""
+
+    max_tokens: int = 1024
+    recent: int = 2
+    # The recent exchanges never take more than this share of the budget.
+    recent_share: float = 0.15
+    candidates: int = 60
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="ARBORMEM_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    db: str = "arbormem.db"
+    database_url: str | None = None
+    embedder: str = "local"
+    torch_threads: int = Field(1, ge=1)
+    embed_batch_size: int = Field(64, ge=1)
+    max_message_chars: int = Field(200_000, ge=1)
+    llm: LLMSettings = LLMSettings()
+    tree: TreeSettings = TreeSettings()
+    recall: RecallSettings = RecallSettings()

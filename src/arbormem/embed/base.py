@@ -1,0 +1,78 @@
+"""The Embedder contract: one method, plus the vector size.
+
+An embedder turns a batch of texts into a float32 matrix of unit-length rows. arbormem checks
+every batch it gets back (``check_vectors``) so a broken embedder can never write NaN, inf or
+wrong-sized vectors into the store.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..errors import EmbeddingError
+
+
+class Embedder(ABC):
+    """Turns texts into vectors. Implement ``embed_batch`` and ``dim``."""
+
+    #: Identifies the model; stored with the memory so vectors of different models never mix.
+    name: str = "embedder"
+
+    @property
+    @abstractmethod
+    def dim(self) -> int:
+        """Vector size."""
+
+    @abstractmethod
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts; return a (len(texts), dim) array."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed and validate: float32, finite, right shape, rows normalised to unit length."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        try:
+            raw = self.embed_batch(list(texts))
+        except EmbeddingError:
+            raise
+        except Exception as exc:  # any failure of a third-party model is an EmbeddingError
+            raise EmbeddingError(f"{self.name}: embedding failed: {exc}") from exc
+        return check_vectors(raw, len(texts), self.dim, self.name)
+
+    def embed_one(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+def check_vectors(raw: object, n: int, dim: int, name: str = "embedder") -> np.ndarray:
+    """Validate an embedder's output and normalise rows; raise EmbeddingError if unusable."""
+    try:
+        arr = np.asarray(raw, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise EmbeddingError(f"{name}: output is not numeric: {exc}") from exc
+    if arr.ndim != 2 or arr.shape != (n, dim):
+        raise EmbeddingError(f"{name}: expected shape ({n}, {dim}), got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise EmbeddingError(f"{name}: output contains NaN or inf")
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    if (norms == 0).any():
+        raise EmbeddingError(f"{name}: output contains a zero vector")
+    return (arr / norms).astype(np.float32)
+
+
+class CallableEmbedder(Embedder):
+    """Wraps a plain function ``texts -> vectors``."""
+
+    def __init__(self, fn: Callable[[list[str]], object], dim: int, name: str = "callable") -> None:
+        self._fn = fn
+        self._dim = dim
+        self.name = name
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(self._fn(list(texts)), dtype=np.float32)

@@ -1,0 +1,163 @@
+"""Typed, immutable results returned by arbormem.
+
+All public results are frozen dataclasses. ``to_dict()`` gives a JSON-ready view for the CLI
+and HTTP layers (datetimes as ISO 8601 strings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+Status = Literal["pending", "completed", "failed"]
+TopicKind = Literal["root", "theme", "topic"]
+Message = Mapping[str, Any]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+class _Serializable:
+    def to_dict(self) -> dict[str, Any]:
+        out = _jsonable(self)
+        assert isinstance(out, dict)
+        return out
+
+
+@dataclass(frozen=True)
+class Exchange(_Serializable):
+    """One user message and the assistant's reply (plus optional system/tool messages).
+
+    The verbatim ``messages`` are the source of truth; ``user_text`` / ``assistant_text`` are
+    the concatenated contents of the user and assistant messages.
+    """
+
+    id: str
+    user_id: str
+    session_id: str | None
+    seq: int
+    status: Status
+    messages: tuple[Mapping[str, Any], ...]
+    user_text: str
+    assistant_text: str
+    user_at: datetime
+    assistant_at: datetime | None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    topic_id: str | None = None
+    failure: str | None = None
+    archived: bool = False
+
+    @property
+    def text(self) -> str:
+        """User and assistant text as one string (what gets embedded and indexed)."""
+        return f"{self.user_text}\n{self.assistant_text}" if self.assistant_text else self.user_text
+
+
+@dataclass(frozen=True)
+class Topic(_Serializable):
+    """A node of the topic tree.
+
+    ``kind`` is ``"topic"`` for a leaf holding a run of exchanges, ``"theme"`` for an inner node
+    grouping related topics, ``"root"`` for the per-user root returned by ``Memory.tree``.
+    ``path`` holds the titles from the top-level theme down to this node.
+    """
+
+    id: str
+    user_id: str
+    kind: TopicKind
+    parent_id: str | None
+    title: str
+    keywords: tuple[str, ...]
+    summary: str
+    start_seq: int | None
+    end_seq: int | None
+    size: int
+    first_at: datetime | None
+    last_at: datetime | None
+    frozen: bool
+    depth: int = 0
+    path: tuple[str, ...] = ()
+    children: tuple[Topic, ...] = ()
+
+    @property
+    def path_text(self) -> str:
+        return " › ".join(self.path)
+
+    def walk(self) -> list[Topic]:
+        """This node and all its descendants, depth first."""
+        out = [self]
+        for child in self.children:
+            out.extend(child.walk())
+        return out
+
+    def height(self) -> int:
+        """Number of levels below and including this node."""
+        return 1 + max((c.height() for c in self.children), default=0)
+
+
+@dataclass(frozen=True)
+class Hit(_Serializable):
+    """One ranked search result: an exchange with its fused score and topic path."""
+
+    exchange: Exchange
+    score: float
+    topic_id: str | None
+    path: tuple[str, ...]
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RecallTrace(_Serializable):
+    """Why a recall returned what it did: candidate counts, chosen items, timings (ms)."""
+
+    query_terms: tuple[str, ...]
+    candidates: int
+    topic_scores: Mapping[str, float]
+    exchange_scores: Mapping[str, float]
+    timings_ms: Mapping[str, float]
+    budget: int
+    dropped: int
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Recall(_Serializable):
+    """The memory context for one new user message.
+
+    ``text`` is ready to inject; ``tokens`` is its cl100k token count and never exceeds the
+    requested budget. ``exchanges`` lists every exchange whose verbatim text is in ``text``.
+    """
+
+    text: str
+    tokens: int
+    exchanges: tuple[Exchange, ...]
+    topics: tuple[Topic, ...]
+    trace: RecallTrace
+
+
+@dataclass(frozen=True)
+class Stats(_Serializable):
+    user_id: str | None
+    exchanges: int
+    completed: int
+    pending: int
+    failed: int
+    topics: int
+    themes: int
+    depth: int
+    transcript_tokens: int
+
+
+__all__ = ["Exchange", "Topic", "Hit", "Recall", "RecallTrace", "Stats", "Status", "Message"]

@@ -1,0 +1,188 @@
+"""The Store contract: everything arbormem persists, behind one small interface.
+
+A store keeps, per ``user_id`` partition: the verbatim exchanges, the topic tree, a vector
+index and a lexical (full-text) index over exchanges and topics, and an audit log of tree
+changes. Every method is scoped by user; a store never returns one user's rows for another.
+
+Atomicity: ``transaction(user_id)`` serialises writers of that user (SQLite: the database
+write lock; PostgreSQL: a transaction plus an advisory lock per user). Calls made inside it
+commit or roll back together; calls outside it commit on their own. Nested use joins the outer
+transaction.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import numpy as np
+
+from ..models import Exchange, Status, TopicKind
+
+IndexKind = Literal["exchange", "topic"]
+
+
+@dataclass
+class TopicRecord:
+    """A topic tree node as stored (mutable working copy; the public view is ``Topic``).
+
+    ``vec_sum`` is the sum of the unit vectors of every exchange below the node, so centroids
+    update incrementally; ``terms`` holds term counts of the node's own text (leaves) used for
+    keywords and titles.
+    """
+
+    id: str
+    user_id: str
+    kind: TopicKind
+    parent_id: str | None
+    title: str = ""
+    keywords: list[str] = field(default_factory=list)
+    summary: str = ""
+    start_seq: int | None = None
+    end_seq: int | None = None
+    size: int = 0
+    first_at: datetime | None = None
+    last_at: datetime | None = None
+    frozen: bool = False
+    vec_sum: np.ndarray | None = None
+    terms: dict[str, int] = field(default_factory=dict)
+    created_seq: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def centroid(self) -> np.ndarray | None:
+        if self.vec_sum is None:
+            return None
+        norm = float(np.linalg.norm(self.vec_sum))
+        if norm == 0.0:
+            return None
+        return (self.vec_sum / norm).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class ChangeRecord:
+    """One logged change of the tree (placement, split, merge, archive, ...)."""
+
+    id: str
+    user_id: str
+    at: datetime
+    action: str
+    target_id: str
+    detail: dict[str, Any]
+
+
+class Store(ABC):
+    """Persistence contract implemented by SQLiteStore and PostgresStore."""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @abstractmethod
+    def transaction(self, user_id: str) -> AbstractContextManager[None]:
+        """Serialise this user's writers; everything inside commits or rolls back together."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @abstractmethod
+    def get_meta(self, key: str) -> str | None: ...
+
+    @abstractmethod
+    def set_meta(self, key: str, value: str) -> None: ...
+
+    # -- exchanges ---------------------------------------------------------------------------
+    @abstractmethod
+    def next_seq(self, user_id: str) -> int:
+        """Allocate the user's next sequence number (call inside ``transaction``)."""
+
+    @abstractmethod
+    def insert_exchange(self, ex: Exchange) -> None: ...
+
+    @abstractmethod
+    def update_exchange(self, ex: Exchange) -> None:
+        """Overwrite the mutable fields (status, messages, texts, times, topic, failure...)."""
+
+    @abstractmethod
+    def get_exchange(self, exchange_id: str) -> Exchange | None: ...
+
+    @abstractmethod
+    def get_exchanges(self, user_id: str, ids: Sequence[str]) -> list[Exchange]:
+        """The user's exchanges with these ids, in sequence order (unknown ids skipped)."""
+
+    @abstractmethod
+    def list_exchanges(
+        self,
+        user_id: str,
+        *,
+        status: Status | None = None,
+        topic_id: str | None = None,
+        after_seq: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Exchange]: ...
+
+    @abstractmethod
+    def iter_exchanges(self, user_id: str, batch: int = 1000) -> Iterator[Exchange]:
+        """Every exchange of the user in sequence order, fetched in batches."""
+
+    @abstractmethod
+    def delete_exchange(self, exchange_id: str) -> None:
+        """Remove the exchange row and its index entries."""
+
+    @abstractmethod
+    def count_exchanges(self, user_id: str | None) -> dict[str, int]:
+        """Counts by status (all users when ``user_id`` is None)."""
+
+    # -- topics ------------------------------------------------------------------------------
+    @abstractmethod
+    def put_topic(self, rec: TopicRecord) -> None:
+        """Insert or replace a topic node."""
+
+    @abstractmethod
+    def get_topic(self, topic_id: str) -> TopicRecord | None: ...
+
+    @abstractmethod
+    def list_topics(self, user_id: str, parent_id: str | None | Literal["*"] = "*") -> list[TopicRecord]:
+        """The user's topics; ``parent_id=None`` gives the top level, ``"*"`` all of them."""
+
+    @abstractmethod
+    def delete_topic(self, topic_id: str) -> None: ...
+
+    # -- indexes -----------------------------------------------------------------------------
+    @abstractmethod
+    def put_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str], vectors: np.ndarray) -> None:
+        """Insert or replace unit vectors (float32 rows) for these ids."""
+
+    @abstractmethod
+    def get_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+    @abstractmethod
+    def vector_search(self, user_id: str, kind: IndexKind, query: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """Top-k ids by cosine similarity to the unit vector ``query``."""
+
+    @abstractmethod
+    def put_text(self, user_id: str, kind: IndexKind, item_id: str, text: str) -> None:
+        """Insert or replace the full-text index entry of an item."""
+
+    @abstractmethod
+    def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int) -> list[tuple[str, float]]:
+        """Top-k ids by BM25 over any of ``terms`` (higher score = better)."""
+
+    @abstractmethod
+    def delete_index(self, kind: IndexKind, item_id: str) -> None:
+        """Remove an item from both the vector and the text index."""
+
+    # -- users and audit ---------------------------------------------------------------------
+    @abstractmethod
+    def list_users(self) -> list[str]: ...
+
+    @abstractmethod
+    def delete_user(self, user_id: str) -> int:
+        """Remove every row of the user from every table and index; returns exchanges removed."""
+
+    @abstractmethod
+    def log_change(self, user_id: str, action: str, target_id: str, detail: dict[str, Any]) -> str: ...
+
+    @abstractmethod
+    def list_changes(self, user_id: str, target_id: str | None = None, limit: int = 100) -> list[ChangeRecord]: ...

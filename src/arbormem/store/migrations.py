@@ -1,0 +1,96 @@
+"""Numbered, ordered schema migrations for the SQLite store.
+
+Each entry is applied once, in order, inside one transaction, and recorded in
+``schema_migrations``. Never edit a released migration: add a new one.
+"""
+
+from __future__ import annotations
+
+SQLITE_MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "initial schema",
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+
+        CREATE TABLE user_state (
+            user_id  TEXT PRIMARY KEY,
+            last_seq INTEGER NOT NULL DEFAULT 0,
+            del_gen  INTEGER NOT NULL DEFAULT 0   -- bumped when vectors are deleted (cache check)
+        );
+
+        CREATE TABLE exchanges (
+            rid          INTEGER PRIMARY KEY,
+            id           TEXT NOT NULL UNIQUE,
+            user_id      TEXT NOT NULL,
+            session_id   TEXT,
+            seq          INTEGER NOT NULL,
+            status       TEXT NOT NULL CHECK (status IN ('pending', 'completed', 'failed')),
+            messages     TEXT NOT NULL,            -- JSON, verbatim
+            user_text    TEXT NOT NULL,
+            assistant_text TEXT NOT NULL DEFAULT '',
+            user_at      TEXT NOT NULL,
+            assistant_at TEXT,
+            metadata     TEXT NOT NULL DEFAULT '{}',
+            topic_id     TEXT,
+            failure      TEXT,
+            archived     INTEGER NOT NULL DEFAULT 0,
+            UNIQUE (user_id, seq)
+        );
+        CREATE INDEX exchanges_topic ON exchanges (topic_id);
+
+        CREATE TABLE topics (
+            rid        INTEGER PRIMARY KEY,
+            id         TEXT NOT NULL UNIQUE,
+            user_id    TEXT NOT NULL,
+            kind       TEXT NOT NULL,
+            parent_id  TEXT,
+            title      TEXT NOT NULL DEFAULT '',
+            keywords   TEXT NOT NULL DEFAULT '[]',
+            summary    TEXT NOT NULL DEFAULT '',
+            start_seq  INTEGER,
+            end_seq    INTEGER,
+            size       INTEGER NOT NULL DEFAULT 0,
+            first_at   TEXT,
+            last_at    TEXT,
+            frozen     INTEGER NOT NULL DEFAULT 0,
+            vec_sum    BLOB,
+            terms      TEXT NOT NULL DEFAULT '{}',
+            created_seq INTEGER NOT NULL DEFAULT 0,
+            meta       TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX topics_user_parent ON topics (user_id, parent_id);
+
+        CREATE TABLE vectors (
+            rid     INTEGER PRIMARY KEY,
+            kind    TEXT NOT NULL,
+            item_id TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            vec     BLOB NOT NULL,
+            UNIQUE (kind, item_id)
+        );
+        CREATE INDEX vectors_user ON vectors (user_id, kind, rid);
+
+        -- One full-text table per kind; ``uid`` holds a per-user token so the user filter is
+        -- part of the MATCH (FTS intersects it) instead of a post-filter over every match.
+        -- rowid = exchanges.rid / topics.rid.
+        CREATE VIRTUAL TABLE exchange_fts USING fts5 (
+            uid, body, tokenize = 'unicode61 remove_diacritics 2'
+        );
+        CREATE VIRTUAL TABLE topic_fts USING fts5 (
+            uid, body, tokenize = 'unicode61 remove_diacritics 2'
+        );
+
+        CREATE TABLE changes (
+            rid       INTEGER PRIMARY KEY,
+            id        TEXT NOT NULL UNIQUE,
+            user_id   TEXT NOT NULL,
+            at        TEXT NOT NULL,
+            action    TEXT NOT NULL,
+            target_id TEXT NOT NULL,
+            detail    TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX changes_user_target ON changes (user_id, target_id);
+        """,
+    ),
+]

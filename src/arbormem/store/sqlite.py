@@ -1,0 +1,566 @@
+"""The embedded default store: one SQLite file in WAL mode (or ``:memory:``).
+
+Concurrency: each thread gets its own connection to a file database (WAL lets readers run
+beside the one writer); ``transaction`` takes the write lock up front (BEGIN IMMEDIATE) so a
+read-then-write placement can never interleave with another writer, in this process or
+another. Busy locks are retried with backoff up to ``busy_timeout``; past it the caller gets a
+``StoreError``, never a raw "database is locked".
+
+Vector search is exact: a per-(user, kind) float32 matrix cached in memory, refreshed
+incrementally from rows added since the last read (rowids only grow) and rebuilt when another
+writer deleted vectors (``user_state.del_gen``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import MigrationError, StoreError
+from ..models import Exchange, Status
+from .base import ChangeRecord, IndexKind, Store, TopicRecord
+from .migrations import SQLITE_MIGRATIONS
+
+_FTS = {"exchange": "exchange_fts", "topic": "topic_fts"}
+_ROWS = {"exchange": "exchanges", "topic": "topics"}
+
+
+def _uid_token(user_id: str) -> str:
+    # A token the unicode61 tokenizer keeps whole, so "uid : token" filters inside the MATCH.
+    return "u" + hashlib.sha1(user_id.encode("utf-8")).hexdigest()[:20]
+
+
+def _dt(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _fts_query(uid: str, terms: Sequence[str]) -> str:
+    quoted = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    return f'uid : "{uid}" AND body : ({quoted})'
+
+
+class _VecCache:
+    __slots__ = ("ids", "index", "matrix", "max_rid", "del_gen", "n")
+
+    def __init__(self, dim: int) -> None:
+        self.ids: list[str] = []
+        self.index: dict[str, int] = {}
+        self.matrix = np.zeros((0, dim), dtype=np.float32)
+        self.max_rid = 0
+        self.del_gen = -1
+        self.n = 0
+
+
+class SQLiteStore(Store):
+    """Store on one SQLite file (WAL) or an in-memory database."""
+
+    def __init__(self, path: str | Path = ":memory:", *, busy_timeout: float = 30.0) -> None:
+        self.path = str(path)
+        self.memory = self.path == ":memory:"
+        self.busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._shared: sqlite3.Connection | None = None
+        # The in-memory database has one connection, shared by all threads under this lock.
+        self._mem_lock = threading.RLock()
+        self._cache: dict[tuple[str, str], _VecCache] = {}
+        self._cache_lock = threading.Lock()
+        self._conns: list[sqlite3.Connection] = []
+        self._closed = False
+        if not self.memory:
+            Path(self.path).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+        self._migrate()
+
+    # -- connections ---------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA foreign_keys = ON")
+        if not self.memory:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        self._conns.append(conn)
+        return conn
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError("the store is closed")
+        if self.memory:
+            if self._shared is None:
+                self._shared = self._connect()
+            return self._shared
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def _guard(self) -> Iterator[sqlite3.Connection]:
+        if self.memory:
+            with self._mem_lock:
+                yield self._conn
+        else:
+            yield self._conn
+
+    def _exec(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
+        with self._guard() as conn:
+            try:
+                return conn.execute(sql, params)
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    raise StoreError(f"database busy past {self.busy_timeout}s: {exc}") from exc
+                raise
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row | tuple[Any, ...]]:
+        with self._guard() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def _migrate(self) -> None:
+        with self.transaction("\x00migrate"):
+            conn = self._conn
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+            done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+            known = {v for v, _, _ in SQLITE_MIGRATIONS}
+            if done - known:
+                raise MigrationError(
+                    f"database {self.path} has schema versions {sorted(done - known)} "
+                    "unknown to this arbormem; upgrade arbormem"
+                )
+            for version, name, sql in SQLITE_MIGRATIONS:
+                if version in done:
+                    continue
+                for stmt in _split_sql(sql):
+                    conn.execute(stmt)
+                conn.execute(
+                    "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+                    (version, name, datetime.now(timezone.utc).isoformat()),
+                )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self, user_id: str) -> Iterator[None]:
+        if self.memory:
+            self._mem_lock.acquire()
+        try:
+            conn = self._conn
+            if conn.in_transaction:  # nested: join the outer transaction
+                yield
+                return
+            self._begin_immediate(conn)
+            try:
+                yield
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.OperationalError as exc:
+                    conn.execute("ROLLBACK")
+                    raise StoreError(f"commit failed: {exc}") from exc
+        finally:
+            if self.memory:
+                self._mem_lock.release()
+
+    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
+        # sqlite's busy handler does not always apply to BEGIN IMMEDIATE under WAL contention
+        # (e.g. when a checkpoint runs), so retry with jittered backoff up to busy_timeout.
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.005
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise StoreError(str(exc)) from exc
+                if time.monotonic() > deadline:
+                    raise StoreError(
+                        f"database stayed locked for {self.busy_timeout}s; try again later"
+                    ) from exc
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.25)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for conn in self._conns:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+        self._conns.clear()
+
+    def get_meta(self, key: str) -> str | None:
+        row = self._exec("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._exec("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    # -- exchanges -----------------------------------------------------------------------------
+    _EX_COLS = (
+        "id, user_id, session_id, seq, status, messages, user_text, assistant_text, user_at, "
+        "assistant_at, metadata, topic_id, failure, archived"
+    )
+
+    @staticmethod
+    def _ex(row: Sequence[Any]) -> Exchange:
+        return Exchange(
+            id=row[0], user_id=row[1], session_id=row[2], seq=row[3], status=row[4],
+            messages=tuple(json.loads(row[5])), user_text=row[6], assistant_text=row[7],
+            user_at=_dt(row[8]) or datetime.fromtimestamp(0, timezone.utc),
+            assistant_at=_dt(row[9]), metadata=json.loads(row[10]), topic_id=row[11],
+            failure=row[12], archived=bool(row[13]),
+        )
+
+    def next_seq(self, user_id: str) -> int:
+        self._exec(
+            "INSERT INTO user_state (user_id, last_seq) VALUES (?, 1) "
+            "ON CONFLICT (user_id) DO UPDATE SET last_seq = last_seq + 1",
+            (user_id,),
+        )
+        return int(self._exec("SELECT last_seq FROM user_state WHERE user_id = ?", (user_id,)).fetchone()[0])
+
+    def insert_exchange(self, ex: Exchange) -> None:
+        self._exec(
+            f"INSERT INTO exchanges ({self._EX_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                ex.id, ex.user_id, ex.session_id, ex.seq, ex.status,
+                json.dumps(list(ex.messages), ensure_ascii=False), ex.user_text, ex.assistant_text,
+                _iso(ex.user_at), _iso(ex.assistant_at),
+                json.dumps(dict(ex.metadata), ensure_ascii=False), ex.topic_id, ex.failure,
+                int(ex.archived),
+            ),
+        )
+
+    def update_exchange(self, ex: Exchange) -> None:
+        self._exec(
+            "UPDATE exchanges SET status=?, messages=?, user_text=?, assistant_text=?, "
+            "user_at=?, assistant_at=?, metadata=?, topic_id=?, failure=?, archived=?, "
+            "session_id=? WHERE id=?",
+            (
+                ex.status, json.dumps(list(ex.messages), ensure_ascii=False), ex.user_text,
+                ex.assistant_text, _iso(ex.user_at), _iso(ex.assistant_at),
+                json.dumps(dict(ex.metadata), ensure_ascii=False), ex.topic_id, ex.failure,
+                int(ex.archived), ex.session_id, ex.id,
+            ),
+        )
+
+    def get_exchange(self, exchange_id: str) -> Exchange | None:
+        row = self._exec(f"SELECT {self._EX_COLS} FROM exchanges WHERE id = ?", (exchange_id,)).fetchone()
+        return self._ex(row) if row else None
+
+    def get_exchanges(self, user_id: str, ids: Sequence[str]) -> list[Exchange]:
+        out: list[Exchange] = []
+        ids = list(dict.fromkeys(ids))
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._rows(
+                f"SELECT {self._EX_COLS} FROM exchanges WHERE user_id = ? AND id IN ({marks})",
+                (user_id, *chunk),
+            )
+            out.extend(self._ex(r) for r in rows)
+        out.sort(key=lambda e: e.seq)
+        return out
+
+    def list_exchanges(
+        self, user_id: str, *, status: Status | None = None, topic_id: str | None = None,
+        after_seq: int | None = None, limit: int | None = None, newest_first: bool = False,
+    ) -> list[Exchange]:
+        where, params = ["user_id = ?"], [user_id]
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if topic_id is not None:
+            where.append("topic_id = ?")
+            params.append(topic_id)
+        if after_seq is not None:
+            where.append("seq > ?")
+            params.append(after_seq)  # type: ignore[arg-type]
+        sql = f"SELECT {self._EX_COLS} FROM exchanges WHERE {' AND '.join(where)} ORDER BY seq"
+        if newest_first:
+            sql += " DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [self._ex(r) for r in self._rows(sql, params)]
+
+    def iter_exchanges(self, user_id: str, batch: int = 1000) -> Iterator[Exchange]:
+        after = 0
+        while True:
+            rows = self.list_exchanges(user_id, after_seq=after, limit=batch)
+            if not rows:
+                return
+            yield from rows
+            after = rows[-1].seq
+
+    def delete_exchange(self, exchange_id: str) -> None:
+        row = self._exec("SELECT rid, user_id FROM exchanges WHERE id = ?", (exchange_id,)).fetchone()
+        if row is None:
+            return
+        self.delete_index("exchange", exchange_id)
+        self._exec("DELETE FROM exchanges WHERE rid = ?", (row[0],))
+
+    def count_exchanges(self, user_id: str | None) -> dict[str, int]:
+        if user_id is None:
+            rows = self._rows("SELECT status, COUNT(*) FROM exchanges GROUP BY status")
+        else:
+            rows = self._rows(
+                "SELECT status, COUNT(*) FROM exchanges WHERE user_id = ? GROUP BY status", (user_id,)
+            )
+        counts = {"pending": 0, "completed": 0, "failed": 0}
+        counts.update({r[0]: int(r[1]) for r in rows})
+        return counts
+
+    # -- topics --------------------------------------------------------------------------------
+    _T_COLS = (
+        "id, user_id, kind, parent_id, title, keywords, summary, start_seq, end_seq, size, "
+        "first_at, last_at, frozen, vec_sum, terms, created_seq, meta"
+    )
+
+    @staticmethod
+    def _topic(row: Sequence[Any]) -> TopicRecord:
+        return TopicRecord(
+            id=row[0], user_id=row[1], kind=row[2], parent_id=row[3], title=row[4],
+            keywords=json.loads(row[5]), summary=row[6], start_seq=row[7], end_seq=row[8],
+            size=row[9], first_at=_dt(row[10]), last_at=_dt(row[11]), frozen=bool(row[12]),
+            vec_sum=np.frombuffer(row[13], dtype=np.float32).copy() if row[13] else None,
+            terms=json.loads(row[14]), created_seq=row[15], meta=json.loads(row[16]),
+        )
+
+    def put_topic(self, rec: TopicRecord) -> None:
+        vec = rec.vec_sum.astype(np.float32).tobytes() if rec.vec_sum is not None else None
+        self._exec(
+            f"INSERT INTO topics ({self._T_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (id) DO UPDATE SET kind=excluded.kind, parent_id=excluded.parent_id, "
+            "title=excluded.title, keywords=excluded.keywords, summary=excluded.summary, "
+            "start_seq=excluded.start_seq, end_seq=excluded.end_seq, size=excluded.size, "
+            "first_at=excluded.first_at, last_at=excluded.last_at, frozen=excluded.frozen, "
+            "vec_sum=excluded.vec_sum, terms=excluded.terms, meta=excluded.meta",
+            (
+                rec.id, rec.user_id, rec.kind, rec.parent_id, rec.title,
+                json.dumps(rec.keywords, ensure_ascii=False), rec.summary, rec.start_seq,
+                rec.end_seq, rec.size, _iso(rec.first_at), _iso(rec.last_at), int(rec.frozen),
+                vec, json.dumps(rec.terms, ensure_ascii=False), rec.created_seq,
+                json.dumps(rec.meta, ensure_ascii=False),
+            ),
+        )
+
+    def get_topic(self, topic_id: str) -> TopicRecord | None:
+        row = self._exec(f"SELECT {self._T_COLS} FROM topics WHERE id = ?", (topic_id,)).fetchone()
+        return self._topic(row) if row else None
+
+    def list_topics(
+        self, user_id: str, parent_id: str | None | Literal["*"] = "*"
+    ) -> list[TopicRecord]:
+        if parent_id == "*":
+            rows = self._rows(f"SELECT {self._T_COLS} FROM topics WHERE user_id = ? ORDER BY rid", (user_id,))
+        elif parent_id is None:
+            rows = self._rows(
+                f"SELECT {self._T_COLS} FROM topics WHERE user_id = ? AND parent_id IS NULL ORDER BY rid",
+                (user_id,),
+            )
+        else:
+            rows = self._rows(
+                f"SELECT {self._T_COLS} FROM topics WHERE user_id = ? AND parent_id = ? ORDER BY rid",
+                (user_id, parent_id),
+            )
+        return [self._topic(r) for r in rows]
+
+    def delete_topic(self, topic_id: str) -> None:
+        self.delete_index("topic", topic_id)
+        self._exec("DELETE FROM topics WHERE id = ?", (topic_id,))
+
+    # -- vectors -------------------------------------------------------------------------------
+    def put_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str], vectors: np.ndarray) -> None:
+        vectors = np.asarray(vectors, dtype=np.float32)
+        with self._guard() as conn:
+            conn.executemany(
+                "INSERT INTO vectors (kind, item_id, user_id, vec) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (kind, item_id) DO UPDATE SET vec = excluded.vec",
+                [(kind, i, user_id, v.tobytes()) for i, v in zip(ids, vectors)],
+            )
+        # An upsert keeps the old rowid, so the incremental cache refresh would not see it:
+        # patch rows already cached in place (only our own writes reach here).
+        with self._cache_lock:
+            cache = self._cache.get((user_id, kind))
+            if cache is not None:
+                for i, v in zip(ids, vectors):
+                    j = cache.index.get(i)
+                    if j is not None:
+                        cache.matrix[j] = v
+
+    def get_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        ids = list(ids)
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for item_id, blob in self._rows(
+                f"SELECT item_id, vec FROM vectors WHERE user_id = ? AND kind = ? AND item_id IN ({marks})",
+                (user_id, kind, *chunk),
+            ):
+                out[item_id] = np.frombuffer(blob, dtype=np.float32).copy()
+        return out
+
+    def _refresh(self, user_id: str, kind: str, dim: int) -> _VecCache:
+        row = self._exec("SELECT del_gen FROM user_state WHERE user_id = ?", (user_id,)).fetchone()
+        del_gen = int(row[0]) if row else 0
+        key = (user_id, kind)
+        with self._cache_lock:
+            cache = self._cache.get(key)
+            if cache is None or cache.del_gen != del_gen or cache.matrix.shape[1] != dim:
+                cache = _VecCache(dim)
+                cache.del_gen = del_gen
+                self._cache[key] = cache
+            rows = self._rows(
+                "SELECT rid, item_id, vec FROM vectors WHERE user_id = ? AND kind = ? AND rid > ? ORDER BY rid",
+                (user_id, kind, cache.max_rid),
+            )
+            if rows:
+                new_ids: list[str] = []
+                new_vecs: list[np.ndarray] = []
+                for rid, item_id, blob in rows:
+                    v = np.frombuffer(blob, dtype=np.float32)
+                    j = cache.index.get(item_id)
+                    if j is not None:
+                        cache.matrix[j] = v
+                    else:
+                        cache.index[item_id] = cache.n + len(new_ids)
+                        new_ids.append(item_id)
+                        new_vecs.append(v)
+                    cache.max_rid = max(cache.max_rid, rid)
+                if new_ids:
+                    need = cache.n + len(new_ids)
+                    if need > cache.matrix.shape[0]:
+                        grown = np.zeros((max(need, cache.matrix.shape[0] * 2, 64), dim), dtype=np.float32)
+                        grown[: cache.n] = cache.matrix[: cache.n]
+                        cache.matrix = grown
+                    cache.matrix[cache.n : need] = np.stack(new_vecs)
+                    cache.ids.extend(new_ids)
+                    cache.n = need
+            return cache
+
+    def vector_search(self, user_id: str, kind: IndexKind, query: np.ndarray, k: int) -> list[tuple[str, float]]:
+        query = np.asarray(query, dtype=np.float32)
+        cache = self._refresh(user_id, kind, int(query.shape[0]))
+        n = cache.n
+        if n == 0 or k <= 0:
+            return []
+        scores = cache.matrix[:n] @ query
+        if k < n:
+            top = np.argpartition(-scores, k)[:k]
+        else:
+            top = np.arange(n)
+        top = top[np.argsort(-scores[top])]
+        return [(cache.ids[i], float(scores[i])) for i in top]
+
+    # -- full text -----------------------------------------------------------------------------
+    def _rid(self, kind: IndexKind, item_id: str) -> int | None:
+        row = self._exec(f"SELECT rid FROM {_ROWS[kind]} WHERE id = ?", (item_id,)).fetchone()
+        return int(row[0]) if row else None
+
+    def put_text(self, user_id: str, kind: IndexKind, item_id: str, text: str) -> None:
+        rid = self._rid(kind, item_id)
+        if rid is None:
+            raise StoreError(f"no {kind} {item_id!r} to index")
+        table = _FTS[kind]
+        self._exec(f"DELETE FROM {table} WHERE rowid = ?", (rid,))
+        self._exec(f"INSERT INTO {table} (rowid, uid, body) VALUES (?, ?, ?)", (rid, _uid_token(user_id), text))
+
+    def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int) -> list[tuple[str, float]]:
+        terms = [t for t in terms if t.strip()]
+        if not terms or k <= 0:
+            return []
+        table = _FTS[kind]
+        rows = self._rows(
+            f"SELECT r.id, bm25({table}, 0.0, 1.0) AS s FROM {table} JOIN {_ROWS[kind]} r "
+            f"ON r.rid = {table}.rowid WHERE {table} MATCH ? ORDER BY s LIMIT ?",
+            (_fts_query(_uid_token(user_id), terms), int(k)),
+        )
+        # FTS5's bm25() is negative (smaller = better); flip it so higher = better.
+        return [(r[0], -float(r[1])) for r in rows]
+
+    def delete_index(self, kind: IndexKind, item_id: str) -> None:
+        rid = self._rid(kind, item_id)
+        if rid is not None:
+            self._exec(f"DELETE FROM {_FTS[kind]} WHERE rowid = ?", (rid,))
+        row = self._exec("SELECT user_id FROM vectors WHERE kind = ? AND item_id = ?", (kind, item_id)).fetchone()
+        if row is not None:
+            self._exec("DELETE FROM vectors WHERE kind = ? AND item_id = ?", (kind, item_id))
+            self._exec("UPDATE user_state SET del_gen = del_gen + 1 WHERE user_id = ?", (row[0],))
+
+    # -- users and audit -------------------------------------------------------------------------
+    def list_users(self) -> list[str]:
+        return [r[0] for r in self._rows("SELECT DISTINCT user_id FROM exchanges ORDER BY user_id")]
+
+    def delete_user(self, user_id: str) -> int:
+        with self.transaction(user_id):
+            n = int(self._exec("SELECT COUNT(*) FROM exchanges WHERE user_id = ?", (user_id,)).fetchone()[0])
+            uid = _uid_token(user_id)
+            for table in _FTS.values():
+                self._exec(f"DELETE FROM {table} WHERE uid = ?", (uid,))
+            for table in ("exchanges", "topics", "vectors", "changes", "user_state"):
+                self._exec(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
+        with self._cache_lock:
+            for key in [k for k in self._cache if k[0] == user_id]:
+                del self._cache[key]
+        return n
+
+    def log_change(self, user_id: str, action: str, target_id: str, detail: dict[str, Any]) -> str:
+        change_id = "c_" + uuid.uuid4().hex
+        self._exec(
+            "INSERT INTO changes (id, user_id, at, action, target_id, detail) VALUES (?,?,?,?,?,?)",
+            (
+                change_id, user_id, datetime.now(timezone.utc).isoformat(), action, target_id,
+                json.dumps(detail, ensure_ascii=False, default=str),
+            ),
+        )
+        return change_id
+
+    def list_changes(self, user_id: str, target_id: str | None = None, limit: int = 100) -> list[ChangeRecord]:
+        if target_id is None:
+            rows = self._rows(
+                "SELECT id, user_id, at, action, target_id, detail FROM changes WHERE user_id = ? "
+                "ORDER BY rid DESC LIMIT ?", (user_id, limit),
+            )
+        else:
+            rows = self._rows(
+                "SELECT id, user_id, at, action, target_id, detail FROM changes WHERE user_id = ? "
+                "AND target_id = ? ORDER BY rid DESC LIMIT ?", (user_id, target_id, limit),
+            )
+        return [
+            ChangeRecord(id=r[0], user_id=r[1], at=datetime.fromisoformat(r[2]), action=r[3],
+                         target_id=r[4], detail=json.loads(r[5]))
+            for r in rows
+        ]
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration script into statements (no statement here contains ';' in a string)."""
+    body = "\n".join(line.split("--", 1)[0] for line in script.splitlines())
+    return [s.strip() for s in body.split(";") if s.strip()]
