@@ -173,6 +173,15 @@ class Store(ABC):
     def delete_index(self, kind: IndexKind, item_id: str) -> None:
         """Remove an item from both the vector and the text index."""
 
+    # -- term statistics (document frequencies for keywords and query weighting) -------------
+    @abstractmethod
+    def add_term_df(self, user_id: str, terms: Sequence[str], delta: int = 1) -> None:
+        """Add ``delta`` to the document frequency of each (distinct) term of the user."""
+
+    @abstractmethod
+    def get_term_df(self, user_id: str, terms: Sequence[str]) -> dict[str, int]:
+        """Document frequency of each known term (unknown terms are left out)."""
+
     # -- users and audit ---------------------------------------------------------------------
     @abstractmethod
     def list_users(self) -> list[str]: ...

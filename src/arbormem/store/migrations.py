@@ -81,6 +81,13 @@ SQLITE_MIGRATIONS: list[tuple[int, str, str]] = [
             uid, body, tokenize = 'unicode61 remove_diacritics 2'
         );
 
+        CREATE TABLE term_df (
+            user_id TEXT NOT NULL,
+            term    TEXT NOT NULL,
+            df      INTEGER NOT NULL,
+            PRIMARY KEY (user_id, term)
+        ) WITHOUT ROWID;
+
         CREATE TABLE changes (
             rid       INTEGER PRIMARY KEY,
             id        TEXT NOT NULL UNIQUE,

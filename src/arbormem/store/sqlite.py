@@ -514,6 +514,27 @@ class SQLiteStore(Store):
             self._exec("DELETE FROM vectors WHERE kind = ? AND item_id = ?", (kind, item_id))
             self._exec("UPDATE user_state SET del_gen = del_gen + 1 WHERE user_id = ?", (row[0],))
 
+    # -- term statistics ---------------------------------------------------------------------------
+    def add_term_df(self, user_id: str, terms: Sequence[str], delta: int = 1) -> None:
+        with self._guard() as conn:
+            conn.executemany(
+                "INSERT INTO term_df (user_id, term, df) VALUES (?, ?, ?) "
+                "ON CONFLICT (user_id, term) DO UPDATE SET df = MAX(0, df + excluded.df)",
+                [(user_id, t, delta) for t in set(terms)],
+            )
+
+    def get_term_df(self, user_id: str, terms: Sequence[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        terms = list(set(terms))
+        for i in range(0, len(terms), 500):
+            chunk = terms[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for term, df in self._rows(
+                f"SELECT term, df FROM term_df WHERE user_id = ? AND term IN ({marks})", (user_id, *chunk)
+            ):
+                out[term] = int(df)
+        return out
+
     # -- users and audit -------------------------------------------------------------------------
     def list_users(self) -> list[str]:
         return [r[0] for r in self._rows("SELECT DISTINCT user_id FROM exchanges ORDER BY user_id")]
@@ -524,7 +545,7 @@ class SQLiteStore(Store):
             uid = _uid_token(user_id)
             for table in _FTS.values():
                 self._exec(f"DELETE FROM {table} WHERE uid = ?", (uid,))
-            for table in ("exchanges", "topics", "vectors", "changes", "user_state"):
+            for table in ("exchanges", "topics", "vectors", "changes", "term_df", "user_state"):
                 self._exec(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
         with self._cache_lock:
             for key in [k for k in self._cache if k[0] == user_id]:

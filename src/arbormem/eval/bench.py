@@ -1,0 +1,395 @@
+"""``arbormem bench``: ingest throughput, recall latency, memory and disk at a given size.
+
+Every speed figure is a ratio to the embedder measured in the same run on the same texts, so
+numbers from different machines compare: bulk ingest and one-by-one ``begin/complete``
+throughput against raw batch embedding throughput, and recall latency percentiles against
+embedding one query. Each size runs in a fresh process (``isolate=True``) so peak RSS is that
+size's own, not the largest run's so far.
+
+Workloads:
+- ``synthetic``: deterministic chat-like exchanges on many subjects (seeded generator).
+- ``locomo``: the turns of LoCoMo files paired into exchanges, repeated with shifted dates
+  until the size is reached (needs ``locomo_files``).
+"""
+
+from __future__ import annotations
+
+import random
+import resource
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..models import _Serializable
+
+WORKLOADS = ("synthetic", "locomo")
+
+
+@dataclass(frozen=True)
+class BenchConfig(_Serializable):
+    """One bench run at one size (picklable, so it can run in a child process)."""
+
+    size: int
+    workload: str = "synthetic"
+    embedder: str = "local"
+    locomo_files: tuple[str, ...] = ()
+    queries: int = 200
+    one_by_one: int = 300
+    budget: int = 1024
+    chunk: int = 500
+    raw_sample: int = 10_000
+    seed: int = 7
+    db_dir: str | None = None
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class BenchResult(_Serializable):
+    """Measured figures of one size. Throughputs in exchanges (texts) per second, times in ms."""
+
+    size: int
+    workload: str
+    embedder: str
+    raw_embed_per_s: float
+    raw_embed_texts: int
+    bulk_per_s: float
+    bulk_ratio: float
+    one_by_one_per_s: float
+    one_by_one_ratio: float
+    one_by_one_ms_p50: float
+    one_query_embed_ms: dict[str, float]
+    recall_ms: dict[str, float]
+    recall_ratio: dict[str, float]
+    recall_tokens_mean: float
+    peak_rss_mb: float
+    base_rss_mb: float
+    disk_bytes: int
+    bytes_per_exchange: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BenchReport(_Serializable):
+    results: tuple[BenchResult, ...]
+    machine: str
+    date: str
+    command: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+
+# -- workloads --------------------------------------------------------------------------------
+
+_SUBJECTS = {
+    "garden": "tomatoes basil compost seedlings trellis mulch aphids watering raised-bed zucchini",
+    "running": "marathon intervals tempo shoes knee hamstring pace splits hydration trail",
+    "cooking": "risotto stock saffron oven dough sourdough starter knife braise caramel",
+    "travel": "flight hostel itinerary visa train passport museum ferry luggage rental",
+    "finance": "budget mortgage savings index-fund taxes invoice pension interest receipts loan",
+    "music": "guitar chords metronome scales piano rehearsal amplifier setlist lyrics tuning",
+    "work": "deadline manager promotion standup roadmap interview onboarding review sprint client",
+    "health": "dentist allergy vitamins sleep migraine prescription checkup blood-test clinic therapy",
+    "pets": "puppy leash vet kibble litter training crate adoption grooming fetch",
+    "home": "plumber paint kitchen leak tiles landlord furniture curtains insulation boiler",
+    "study": "thesis lecture exam flashcards statistics library seminar essay supervisor grades",
+    "family": "birthday niece grandmother wedding cousins reunion anniversary babysitting gifts holiday",
+    "code": "python refactor database migration tests deploy docker latency bug index",
+    "books": "novel chapter author library bookclub poetry memoir translation sequel paperback",
+    "cycling": "bike gears saddle commute helmet puncture chain climb route cadence",
+    "photography": "lens aperture tripod sunrise portrait exposure darkroom film editing prints",
+}
+_NAMES = "Ana Ben Chloe Dev Elif Femi Goran Hana Ivo Jia Kofi Lena Mateo Noor Omar Pia".split()
+_USER_T = (
+    "I spent the {d} on {a} and {b}, and {n} thinks the {c} still needs work.",
+    "Quick update on {a}: the {b} went fine but I'm worried about the {c}.",
+    "Can you remind me what we decided about {a} and the {b} last {d}?",
+    "{n} suggested I try {a} with more {b}; is that a good idea before {c}?",
+)
+_ASSIST_T = (
+    "Sounds like progress on {a}. For the {b}, keep notes; {c} usually improves within a {d} or two.",
+    "You mentioned {n} earlier. Focus on {a} first, then {b}, and check the {c} again next {d}.",
+    "A good plan: write down the {b} details, ask {n} about {c}, and revisit {a} on the {d}.",
+)
+
+
+def synthetic_items(size: int, seed: int = 7) -> tuple[list[dict[str, Any]], list[str]]:
+    """``size`` exchanges (add_many items) and a pool of queries about them, deterministic."""
+    rng = random.Random(seed)
+    subjects = {k: v.split() for k, v in _SUBJECTS.items()}
+    keys = sorted(subjects)
+    start = datetime(2024, 1, 1, 9, 0, tzinfo=timezone.utc)
+    items: list[dict[str, Any]] = []
+    queries: list[str] = []
+    subject = rng.choice(keys)
+    for i in range(size):
+        if i % 6 == 0:  # people stay on a subject for a few exchanges
+            subject = rng.choice(keys)
+        words = subjects[subject]
+        fill = {
+            "a": rng.choice(words), "b": rng.choice(words), "c": rng.choice(words),
+            "n": rng.choice(_NAMES), "d": rng.choice(("week", "weekend", "month", "morning")),
+        }
+        user = rng.choice(_USER_T).format(**fill) + f" (note {i})"
+        assistant = rng.choice(_ASSIST_T).format(**fill)
+        at = start + timedelta(days=i // 12, minutes=5 * (i % 12))
+        items.append({
+            "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}],
+            "session_id": f"s{i // 12}",
+            "at": at,
+        })
+        if len(queries) < 5000 and rng.random() < 0.2:
+            queries.append(f"What did {fill['n']} say about {fill['a']} and {fill['b']}?")
+    return items, queries or ["what did we discuss?"]
+
+
+def locomo_items(files: Sequence[str], size: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """LoCoMo exchanges repeated (dates shifted by a year per pass) up to ``size``."""
+    from .locomo import load_conversations
+
+    if not files:
+        raise ConfigError("the locomo workload needs LoCoMo files (--locomo FILE...)")
+    convs = load_conversations(files)
+    units = [u for c in convs for u in c.units()]
+    queries = [q.question for c in convs for q in c.scored_questions()]
+    if not units:
+        raise ConfigError("the LoCoMo files hold no dialogue")
+    items: list[dict[str, Any]] = []
+    rep = 0
+    while len(items) < size:
+        for u in units:
+            if len(items) >= size:
+                break
+            items.append({
+                "messages": u.messages(),
+                "session_id": f"{u.conversation}-s{u.session}-r{rep}",
+                "at": u.at + timedelta(days=366 * rep),
+            })
+        rep += 1
+    items.sort(key=lambda it: it["at"])
+    return items, queries
+
+
+def _item_text(item: dict[str, Any]) -> str:
+    """The text arbormem embeds for an exchange (``Exchange.text``)."""
+    msgs = item["messages"]
+    user = "\n".join(m["content"] for m in msgs if m["role"] == "user")
+    assistant = "\n".join(m["content"] for m in msgs if m["role"] == "assistant")
+    return f"{user}\n{assistant}" if assistant else user
+
+
+# -- measurement helpers ----------------------------------------------------------------------
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class _PeakRSS:
+    """Samples RSS in a thread: the peak during the block (works in-process too)."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval = interval
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _rss_mb())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> _PeakRSS:
+        self.peak = _rss_mb()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_mb())
+
+
+def _pcts(ms: Sequence[float]) -> dict[str, float]:
+    a = np.asarray(ms, dtype=np.float64)
+    return {
+        "p50": float(np.percentile(a, 50)),
+        "p95": float(np.percentile(a, 95)),
+        "p99": float(np.percentile(a, 99)),
+        "mean": float(a.mean()),
+    }
+
+
+def _db_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file())
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
+    """Run one size: raw embedding, bulk ingest, one-by-one ingest, recall latency, disk."""
+    from tqdm import tqdm
+
+    from ..embed import make_embedder
+    from ..memory import Memory
+
+    t_start = time.perf_counter()
+    emb = embedder if embedder is not None else make_embedder(cfg.embedder)
+    total = cfg.size + cfg.one_by_one
+    if cfg.workload == "synthetic":
+        items, queries = synthetic_items(total, cfg.seed)
+    elif cfg.workload == "locomo":
+        items, queries = locomo_items(cfg.locomo_files, total)
+    else:
+        raise ConfigError(f"unknown workload {cfg.workload!r}; choose from {', '.join(WORKLOADS)}")
+    bulk, singles = items[: cfg.size], items[cfg.size :]
+    texts = [_item_text(it) for it in bulk]
+    rng = random.Random(cfg.seed + 1)
+    queries = [rng.choice(queries) for _ in range(cfg.queries)]
+    desc = f"{cfg.workload} {cfg.size:,}"
+
+    emb.embed(texts[:16])  # load the model and warm up outside the timings
+    base_rss = _rss_mb()
+    with _PeakRSS() as peak:
+        # 1. raw batch embedding of the same texts, in the embedder's own batches
+        sample = texts[: cfg.raw_sample]
+        step = max(cfg.chunk, 1)
+        t0 = time.perf_counter()
+        for i in tqdm(range(0, len(sample), step), desc=f"{desc}: raw embed", disable=not cfg.progress, leave=False):
+            emb.embed(sample[i : i + step])
+        raw_s = time.perf_counter() - t0
+        raw_tput = len(sample) / raw_s if raw_s > 0 else float("inf")
+
+        # 2. one query at a time: the unit recall latency is compared with
+        one_q = []
+        for q in queries:
+            t0 = time.perf_counter()
+            emb.embed([q])
+            one_q.append((time.perf_counter() - t0) * 1000)
+
+        tmp = tempfile.TemporaryDirectory(prefix="arbormem-bench-", dir=cfg.db_dir)
+        db = Path(tmp.name) / "bench.db"
+        mem = Memory(str(db), embedder=emb)
+        try:
+            # 3. bulk ingest through the public API, in chunks so progress shows
+            t0 = time.perf_counter()
+            for i in tqdm(range(0, len(bulk), step), desc=f"{desc}: bulk ingest", disable=not cfg.progress, leave=False):
+                mem.add_many(bulk[i : i + step], user_id="bench")
+            bulk_s = time.perf_counter() - t0
+
+            # 4. one-by-one begin/complete, appended to the full store
+            single_ms = []
+            t0 = time.perf_counter()
+            for it in tqdm(singles, desc=f"{desc}: begin/complete", disable=not cfg.progress, leave=False):
+                msgs = it["messages"]
+                t1 = time.perf_counter()
+                x = mem.begin(msgs[0]["content"], user_id="bench", session_id=it["session_id"], at=it["at"])
+                if len(msgs) > 1:
+                    mem.complete(x.id, msgs[1]["content"], at=it["at"])
+                single_ms.append((time.perf_counter() - t1) * 1000)
+            singles_s = time.perf_counter() - t0
+
+            # 5. recall latency
+            mem.recall(queries[0], user_id="bench", max_tokens=cfg.budget)  # warm caches
+            recall_ms, tokens = [], []
+            for q in tqdm(queries, desc=f"{desc}: recall", disable=not cfg.progress, leave=False):
+                t0 = time.perf_counter()
+                r = mem.recall(q, user_id="bench", max_tokens=cfg.budget)
+                recall_ms.append((time.perf_counter() - t0) * 1000)
+                tokens.append(r.tokens)
+        finally:
+            mem.close()
+        disk = _db_bytes(db)
+        tmp.cleanup()
+
+    n_single = len(singles)
+    bulk_tput = len(bulk) / bulk_s if bulk_s > 0 else float("inf")
+    single_tput = n_single / singles_s if n_single and singles_s > 0 else 0.0
+    q = _pcts(one_q)
+    rc = _pcts(recall_ms)
+    return BenchResult(
+        size=cfg.size,
+        workload=cfg.workload,
+        embedder=getattr(emb, "name", type(emb).__name__),
+        raw_embed_per_s=raw_tput,
+        raw_embed_texts=len(sample),
+        bulk_per_s=bulk_tput,
+        bulk_ratio=bulk_tput / raw_tput,
+        one_by_one_per_s=single_tput,
+        one_by_one_ratio=single_tput / raw_tput,
+        one_by_one_ms_p50=float(np.percentile(single_ms, 50)) if single_ms else 0.0,
+        one_query_embed_ms=q,
+        recall_ms=rc,
+        recall_ratio={k: rc[k] / q[k] for k in ("p50", "p95", "p99")},
+        recall_tokens_mean=float(np.mean(tokens)),
+        peak_rss_mb=peak.peak,
+        base_rss_mb=base_rss,
+        disk_bytes=disk,
+        bytes_per_exchange=disk / (len(bulk) + n_single),
+        seconds=time.perf_counter() - t_start,
+    )
+
+
+def _child(cfg: BenchConfig) -> BenchResult:
+    return bench_size(cfg)
+
+
+def run_bench(
+    configs: Sequence[BenchConfig],
+    *,
+    isolate: bool = True,
+    embedder: Any = None,
+    on_result: Callable[[BenchResult], None] | None = None,
+) -> BenchReport:
+    """Run every config; with ``isolate`` each in a fresh process (own peak RSS, own model).
+
+    ``embedder`` (an Embedder instance) is only used in-process (``isolate=False``).
+    """
+    from .runner import machine_description
+
+    results = []
+    for cfg in configs:
+        if isolate and embedder is None:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
+                res = pool.submit(_child, cfg).result()
+        else:
+            res = bench_size(cfg, embedder)
+        results.append(res)
+        if on_result:
+            on_result(res)
+    return BenchReport(
+        results=tuple(results),
+        machine=machine_description(),
+        date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+
+
+def with_command(rep: BenchReport, command: str) -> BenchReport:
+    return replace(rep, command=command)
+
+
+__all__ = [
+    "WORKLOADS",
+    "BenchConfig",
+    "BenchReport",
+    "BenchResult",
+    "bench_size",
+    "locomo_items",
+    "run_bench",
+    "synthetic_items",
+]

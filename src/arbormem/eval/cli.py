@@ -1,0 +1,185 @@
+"""Click commands ``arbormem eval locomo`` and ``arbormem bench``.
+
+They live here so the main CLI stays a thin layer: ``cli.py`` registers ``eval_group`` and
+``bench_command``. ``python -m arbormem.eval`` runs the same commands on their own.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from ..errors import ArbormemError
+
+DEFAULT_BUDGETS = (256, 512, 1024, 2048, 4096)
+
+
+def _parse_budgets(values: Sequence[str], files: Sequence[str]) -> tuple[list[int], list[str]]:
+    """Budgets from ``--budgets`` (comma or space separated) and the numbers that follow it.
+
+    ``--budgets 256 512`` is how people write it; click hands the second number over as a
+    positional argument, so a positional that is a whole number and names no existing file is
+    taken as a budget.
+    """
+    budgets: list[int] = []
+    for v in values:
+        for part in v.replace(",", " ").split():
+            if not part.isdigit() or int(part) <= 0:
+                raise click.BadParameter(f"budget {part!r} is not a positive whole number",
+                                         param_hint="--budgets")
+            budgets.append(int(part))
+    rest: list[str] = []
+    for f in files:
+        if values and f.isdigit() and not Path(f).exists():
+            budgets.append(int(f))
+        else:
+            rest.append(f)
+    return sorted(set(budgets)) or list(DEFAULT_BUDGETS), rest
+
+
+def _command_line() -> str:
+    return "arbormem " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+@click.group("eval")
+def eval_group() -> None:
+    """Measure recall quality on public benchmarks."""
+
+
+@eval_group.command("locomo")
+@click.argument("files", nargs=-1, required=True)
+@click.option("--budgets", "budget_opts", multiple=True, metavar="N [N...]",
+              help="Token budgets (default 256 512 1024 2048 4096); space or comma separated.")
+@click.option("--embedder", default="local", show_default=True,
+              help='"local" (bundled MiniLM), "hash" (fast, for tests) or a model folder.')
+@click.option("--db", default=":memory:", show_default=True,
+              help="Database to ingest into (its locomo-* users are replaced).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the full report (with per-question results) as JSON.")
+@click.option("--markdown", "md_out", type=click.Path(dir_okay=False), help="Also write the markdown tables to this file.")
+@click.option("--chart", "chart_out", type=click.Path(dir_okay=False), help="Write a PNG chart of recall vs budget.")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
+def locomo_command(files: tuple[str, ...], budget_opts: tuple[str, ...], embedder: str, db: str,
+                   json_out: str | None, md_out: str | None, chart_out: str | None,
+                   progress: bool) -> None:
+    """Evidence recall of arbormem and flat baselines on LoCoMo FILES, per token budget.
+
+    Each conversation is ingested as exchanges (consecutive turns of a session paired), every
+    question of categories 1-4 is asked at every budget, and the share of its evidence turns
+    found verbatim in the context is scored, for arbormem and for recency, BM25, dense and
+    hybrid (RRF) baselines over the same exchanges.
+    """
+    from ..memory import Memory
+    from .locomo import load_conversations
+    from .report import locomo_chart, locomo_markdown
+    from .runner import run_locomo
+
+    budgets, paths = _parse_budgets(budget_opts, files)
+    if not paths:
+        raise click.UsageError("no LoCoMo files given")
+    for p in paths:
+        if not Path(p).is_file():
+            raise click.BadParameter(f"{p}: no such file", param_hint="FILES")
+    try:
+        convs = load_conversations(paths)
+        with Memory(db, embedder=embedder) as mem:
+            rep = run_locomo(mem, convs, budgets=budgets, files=paths, progress=progress,
+                             log=(lambda m: click.echo(m, err=True)) if progress else None)
+        md = locomo_markdown(rep)
+        click.echo(md)
+        if md_out:
+            Path(md_out).write_text(f"Command: `{_command_line()}`\n\n" + md, encoding="utf-8")
+        if json_out:
+            data = rep.to_dict()
+            data["command"] = _command_line()
+            Path(json_out).write_text(json.dumps(data, indent=1), encoding="utf-8")
+        if chart_out:
+            locomo_chart(rep, chart_out)
+    except ArbormemError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.command("bench")
+@click.option("--size", "sizes", type=click.IntRange(min=1), multiple=True,
+              help="Exchanges in memory (repeatable; default 1000 and 10000).")
+@click.option("--workload", "workloads", type=click.Choice(["synthetic", "locomo"]), multiple=True,
+              help="Workload (repeatable; default synthetic, plus locomo when --locomo is given).")
+@click.option("--locomo", "locomo_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="LoCoMo files for the LoCoMo-derived workload (repeatable).")
+@click.option("--embedder", default="local", show_default=True, help='"local", "hash" or a model folder.')
+@click.option("--queries", default=200, show_default=True, type=click.IntRange(min=1), help="Recall calls timed per size.")
+@click.option("--one-by-one", default=300, show_default=True, type=click.IntRange(min=0),
+              help="Exchanges written with begin/complete after the bulk load.")
+@click.option("--budget", default=1024, show_default=True, type=click.IntRange(min=1), help="Recall token budget.")
+@click.option("--raw-sample", default=10_000, show_default=True, type=click.IntRange(min=1),
+              help="At most this many texts are batch-embedded for the raw throughput.")
+@click.option("--db-dir", type=click.Path(file_okay=False), help="Where the temporary databases go.")
+@click.option("--isolate/--no-isolate", default=True, help="Run each size in a fresh process (own peak RSS).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the results as JSON.")
+@click.option("--markdown", "md_out", type=click.Path(dir_okay=False), help="Also write the markdown table to this file.")
+@click.option("--chart", "chart_out", type=click.Path(dir_okay=False), help="Write a PNG chart of latency vs size.")
+@click.option("--progress/--no-progress", default=True, help="Show progress bars on stderr.")
+def bench_command(sizes: tuple[int, ...], workloads: tuple[str, ...], locomo_files: tuple[str, ...],
+                  embedder: str, queries: int, one_by_one: int, budget: int, raw_sample: int,
+                  db_dir: str | None, isolate: bool, json_out: str | None, md_out: str | None,
+                  chart_out: str | None, progress: bool) -> None:
+    """Ingest throughput, recall latency, peak RSS and disk per exchange, as ratios to the embedder.
+
+    For 1M exchanges see BENCHMARKS.md (same command, --size 1000000, hours of CPU).
+    """
+    from dataclasses import replace
+
+    from .bench import BenchConfig, run_bench
+    from .report import bench_chart, bench_markdown
+
+    sizes = sizes or (1000, 10_000)
+    if not workloads:
+        workloads = ("synthetic", "locomo") if locomo_files else ("synthetic",)
+    if "locomo" in workloads and not locomo_files:
+        raise click.UsageError("--workload locomo needs --locomo FILE")
+    configs = [
+        BenchConfig(size=s, workload=w, embedder=embedder, locomo_files=locomo_files,
+                    queries=queries, one_by_one=one_by_one, budget=budget, raw_sample=raw_sample,
+                    db_dir=db_dir, progress=progress)
+        for w in workloads for s in sorted(sizes)
+    ]
+
+    def show(r: object) -> None:
+        from .bench import BenchResult
+
+        assert isinstance(r, BenchResult)
+        click.echo(
+            f"{r.workload} {r.size:,}: bulk {r.bulk_ratio:.2f}x raw embedding "
+            f"({r.bulk_per_s:,.0f}/s vs {r.raw_embed_per_s:,.0f}/s), begin/complete "
+            f"{r.one_by_one_ratio:.3f}x ({r.one_by_one_per_s:,.1f}/s), recall p50 "
+            f"{r.recall_ratio['p50']:.2f}x one query embedding ({r.recall_ms['p50']:.1f} ms vs "
+            f"{r.one_query_embed_ms['p50']:.1f} ms), p95 {r.recall_ratio['p95']:.2f}x, "
+            f"p99 {r.recall_ratio['p99']:.2f}x, peak RSS {r.peak_rss_mb:,.0f} MB, "
+            f"{r.bytes_per_exchange:,.0f} bytes/exchange", err=True)
+
+    try:
+        rep = run_bench(configs, isolate=isolate, on_result=show)
+        rep = replace(rep, command=_command_line())
+        md = bench_markdown(rep)
+        click.echo(md)
+        if md_out:
+            Path(md_out).write_text(md, encoding="utf-8")
+        if json_out:
+            Path(json_out).write_text(json.dumps(rep.to_dict(), indent=1), encoding="utf-8")
+        if chart_out:
+            bench_chart(rep, chart_out)
+    except ArbormemError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.group()
+def main() -> None:
+    """arbormem evaluation and benchmarks (also available as ``arbormem eval`` / ``arbormem bench``)."""
+
+
+main.add_command(locomo_command, "locomo")
+main.add_command(bench_command, "bench")

@@ -1,0 +1,314 @@
+"""The LoCoMo evidence-recall evaluation: arbormem and flat baselines in one run.
+
+For every conversation: ingest it through the public ``Memory`` API (one user per
+conversation), build the flat baselines over the very same exchange units with the very same
+embedder, then for every scored question and every budget ask each system for a context and
+score the share of the question's evidence turns whose text stands verbatim in it.
+
+Tokens are counted here with cl100k_base through ``bpe_openai`` directly, not through
+``arbormem.tokens``: the library's own ``Recall.tokens`` is checked against this count, and a
+context over its budget is reported, never silently accepted.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..models import _Serializable
+from .baselines import FlatIndex, pack
+from .locomo import CATEGORIES, SCORED_CATEGORIES, Conversation, Question, Unit
+
+if TYPE_CHECKING:
+    from ..memory import Memory
+
+DEFAULT_BUDGETS = (256, 512, 1024, 2048, 4096)
+ARBORMEM = "arbormem"
+BASELINES = FlatIndex.SYSTEMS
+SYSTEMS = (ARBORMEM, *BASELINES)
+SYSTEM_LABELS = {
+    ARBORMEM: "arbormem",
+    "recency": "recency (sliding window)",
+    "bm25": "BM25 only",
+    "dense": "dense only",
+    "hybrid": "flat hybrid (BM25+dense, RRF)",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _cl100k() -> Any:
+    import bpe_openai
+
+    return bpe_openai.get_encoding("cl100k_base")
+
+
+def count_tokens(text: str) -> int:
+    """cl100k_base token count, computed independently of the library's TokenCounter."""
+    return len(_cl100k().encode(text)) if text else 0
+
+
+def normalize(text: str) -> str:
+    """Collapse whitespace, so a renderer re-wrapping lines does not hide a verbatim turn."""
+    return " ".join(text.split())
+
+
+def evidence_found(context: str, evidence_texts: Sequence[str]) -> int:
+    """How many evidence turn texts stand verbatim (whitespace-normalised) in ``context``."""
+    hay = normalize(context)
+    return sum(1 for t in evidence_texts if normalize(t) in hay)
+
+
+def render_unit(unit: Unit) -> str:
+    """How the baselines show one exchange: its session date, then the speakers' lines."""
+    return f"[{unit.at.day} {unit.at:%B %Y}] " + unit.text()
+
+
+@dataclass(frozen=True)
+class QuestionResult(_Serializable):
+    """One system's answer to one question at one budget."""
+
+    conversation: str
+    question: int
+    category: int
+    system: str
+    budget: int
+    found: int
+    evidence: int
+    tokens: int
+
+    @property
+    def recall(self) -> float:
+        return self.found / self.evidence
+
+
+@dataclass(frozen=True)
+class Score(_Serializable):
+    """Mean evidence recall of one system at one budget (``category=None``: all of 1-4)."""
+
+    system: str
+    budget: int
+    category: int | None
+    questions: int
+    evidence_recall: float
+    recall_all: float
+    mean_tokens: float
+    over_budget: int
+
+
+@dataclass(frozen=True)
+class LocomoReport(_Serializable):
+    """Everything one ``arbormem eval locomo`` run measured."""
+
+    files: tuple[str, ...]
+    budgets: tuple[int, ...]
+    systems: tuple[str, ...]
+    embedder: str
+    conversations: int
+    turns: int
+    exchanges: int
+    questions: int
+    skipped_questions: int
+    full_context_tokens: dict[str, int]
+    scores: tuple[Score, ...]
+    token_mismatches: int
+    recall_ms: dict[str, float]
+    ingest_seconds: float
+    seconds: float
+    machine: str
+    date: str
+    results: tuple[QuestionResult, ...] = field(default=(), repr=False)
+
+    def score(self, system: str, budget: int, category: int | None = None) -> Score:
+        for s in self.scores:
+            if (s.system, s.budget, s.category) == (system, budget, category):
+                return s
+        raise KeyError((system, budget, category))
+
+    def best_baseline(self, budget: int) -> Score:
+        """The baseline with the highest overall evidence recall at ``budget``."""
+        cands = [self.score(b, budget) for b in self.systems if b != ARBORMEM]
+        return max(cands, key=lambda s: s.evidence_recall)
+
+    def lead(self, budget: int) -> float:
+        """arbormem's evidence recall minus the best baseline's at ``budget`` (points of 1.0)."""
+        return self.score(ARBORMEM, budget).evidence_recall - self.best_baseline(budget).evidence_recall
+
+    def mean_full_context_tokens(self) -> float:
+        vals = list(self.full_context_tokens.values())
+        return sum(vals) / len(vals) if vals else 0.0
+
+
+def machine_description() -> str:
+    """CPU model, core count and Python version, for reports."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import os
+
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def ingest_conversation(mem: Memory, conv: Conversation, user_id: str) -> list[Unit]:
+    """Write a conversation into ``mem`` as exchanges through the public bulk API."""
+    units = conv.units()
+    items = [
+        {
+            "messages": u.messages(),
+            "session_id": f"{conv.id}-s{u.session}",
+            "at": u.at,
+            "metadata": {
+                "source": "locomo",
+                "conversation": conv.id,
+                "session": u.session,
+                "dia_ids": list(u.dia_ids),
+            },
+        }
+        for u in units
+    ]
+    mem.add_many(items, user_id=user_id)
+    return units
+
+
+def _aggregate(results: Sequence[QuestionResult], systems: Sequence[str], budgets: Sequence[int]) -> list[Score]:
+    scores: list[Score] = []
+    for system in systems:
+        for budget in budgets:
+            mine = [r for r in results if r.system == system and r.budget == budget]
+            for category in (None, *SCORED_CATEGORIES):
+                rs = [r for r in mine if category is None or r.category == category]
+                if not rs:
+                    continue
+                scores.append(
+                    Score(
+                        system=system,
+                        budget=budget,
+                        category=category,
+                        questions=len(rs),
+                        evidence_recall=float(np.mean([r.recall for r in rs])),
+                        recall_all=float(np.mean([r.found == r.evidence for r in rs])),
+                        mean_tokens=float(np.mean([r.tokens for r in rs])),
+                        over_budget=sum(1 for r in rs if r.tokens > budget),
+                    )
+                )
+    return scores
+
+
+def run_locomo(
+    mem: Memory,
+    conversations: Sequence[Conversation],
+    *,
+    budgets: Sequence[int] = DEFAULT_BUDGETS,
+    files: Sequence[str] = (),
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> LocomoReport:
+    """Ingest each conversation into ``mem`` and score arbormem and the baselines.
+
+    ``mem`` should be empty for the users ``locomo-<id>``; they are deleted before ingest so a
+    reused database file gives the same result.
+    """
+    from tqdm import tqdm
+
+    t_start = time.perf_counter()
+    budgets = tuple(sorted(set(int(b) for b in budgets)))
+    embedder = mem.embedder
+    results: list[QuestionResult] = []
+    full_context: dict[str, int] = {}
+    mismatches = 0
+    latencies: list[float] = []
+    ingest_s = 0.0
+    n_units = 0
+    total_q = sum(len(c.scored_questions()) for c in conversations)
+    bar = tqdm(total=total_q, desc="questions", unit="q", disable=not progress, leave=False)
+    for conv in conversations:
+        user_id = f"locomo-{conv.id}"
+        mem.delete_user(user_id)
+        t0 = time.perf_counter()
+        units = ingest_conversation(mem, conv, user_id)
+        ingest_s += time.perf_counter() - t0
+        n_units += len(units)
+        if log:
+            log(f"conversation {conv.id}: {len(units)} exchanges ingested in {time.perf_counter() - t0:.1f}s")
+
+        blocks = [render_unit(u) for u in units]
+        block_tokens = [count_tokens(b) for b in blocks]
+        full_context[conv.id] = count_tokens("\n\n".join(blocks))
+        flat = FlatIndex([u.text() for u in units], embedder.embed([u.text() for u in units]))
+        questions: list[tuple[int, Question]] = [
+            (i, q) for i, q in enumerate(conv.questions) if q.category in SCORED_CATEGORIES
+        ]
+        qvecs = embedder.embed([q.question for _, q in questions])
+        for (qi, q), qvec in zip(questions, qvecs):
+            ev_texts = [conv.turn_index[e].text for e in q.evidence]
+            rankings = flat.rankings(q.question, qvec)
+            for budget in budgets:
+                t0 = time.perf_counter()
+                r = mem.recall(q.question, user_id=user_id, max_tokens=budget)
+                latencies.append((time.perf_counter() - t0) * 1000)
+                tokens = count_tokens(r.text)
+                if tokens != r.tokens:
+                    mismatches += 1
+                results.append(
+                    QuestionResult(conv.id, qi, q.category, ARBORMEM, budget,
+                                   evidence_found(r.text, ev_texts), len(ev_texts), tokens)
+                )
+                for system in BASELINES:
+                    p = pack(rankings[system], blocks, block_tokens, budget, count_tokens)
+                    results.append(
+                        QuestionResult(conv.id, qi, q.category, system, budget,
+                                       evidence_found(p.text, ev_texts), len(ev_texts), p.tokens)
+                    )
+            bar.update(1)
+    bar.close()
+    lat = np.array(latencies) if latencies else np.zeros(1)
+    return LocomoReport(
+        files=tuple(str(f) for f in files),
+        budgets=budgets,
+        systems=SYSTEMS,
+        embedder=getattr(embedder, "name", type(embedder).__name__),
+        conversations=len(conversations),
+        turns=sum(len(c.turns) for c in conversations),
+        exchanges=n_units,
+        questions=total_q,
+        skipped_questions=sum(c.skipped_questions for c in conversations),
+        full_context_tokens=full_context,
+        scores=tuple(_aggregate(results, SYSTEMS, budgets)),
+        token_mismatches=mismatches,
+        recall_ms={
+            "mean": float(lat.mean()),
+            "p50": float(np.percentile(lat, 50)),
+            "p95": float(np.percentile(lat, 95)),
+        },
+        ingest_seconds=ingest_s,
+        seconds=time.perf_counter() - t_start,
+        machine=machine_description(),
+        date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        results=tuple(results),
+    )
+
+
+__all__ = [
+    "DEFAULT_BUDGETS",
+    "SYSTEMS",
+    "SYSTEM_LABELS",
+    "CATEGORIES",
+    "LocomoReport",
+    "QuestionResult",
+    "Score",
+    "count_tokens",
+    "evidence_found",
+    "run_locomo",
+]

@@ -1,0 +1,282 @@
+"""An ``LLM`` for any OpenAI-compatible ``/v1/chat/completions`` endpoint.
+
+Works with OpenAI, LM Studio, Ollama, vLLM, llama.cpp's server and NVIDIA NIM through the
+official ``openai`` SDK (``pip install 'arbormem[llm]'``), imported lazily so arbormem imports
+without it.
+
+Retries are done here rather than by the SDK (which is given ``max_retries=0``) so the policy
+is explicit and the same for chat and embeddings: transient failures (timeouts, connection
+errors, 408/409/429/5xx) are retried at most ``max_retries`` times with exponential backoff
+and jitter, honouring a short ``Retry-After``; everything else fails at once. A semaphore
+bounds how many requests this client has in flight, so a background organiser can never
+flood a small local server.
+
+The API key is handed to the SDK and nowhere else: ``name``, ``repr`` and every error
+message are built without it (and scrubbed of it, in case a server echoes it back).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from ..errors import ConfigError, LLMError
+from .base import LLM, ChatMessage
+
+T = TypeVar("T")
+
+_INSTALL_HINT = "the OpenAI-compatible client needs the openai package: pip install 'arbormem[llm]'"
+_RETRY_STATUS = frozenset({408, 409, 429})
+
+
+class LLMReplyError(LLMError):
+    """The endpoint answered, but the answer is unusable (refusal, empty, cut at max_tokens).
+
+    ``raw`` keeps what the model did say, for the runner's log.
+    """
+
+    def __init__(self, message: str, raw: str = "") -> None:
+        super().__init__(message)
+        self.raw = raw
+
+
+def import_openai() -> Any:
+    """Import the ``openai`` SDK or raise ConfigError with the install hint."""
+    try:
+        import openai
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ConfigError(_INSTALL_HINT) from exc
+    return openai
+
+
+def safe_endpoint(base_url: str) -> str:
+    """``host[:port]/path`` of a URL without user info or query (which may hold secrets)."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return f"{host}{parts.path}".rstrip("/") or base_url.split("?", 1)[0]
+
+
+class OpenAIEndpoint:
+    """The shared transport of the chat and embedding adapters: client, retries, semaphore."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 2,
+        concurrency: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+    ) -> None:
+        if not base_url:
+            raise ConfigError("an OpenAI-compatible endpoint needs a base_url")
+        if timeout <= 0 or max_retries < 0 or concurrency < 1:
+            raise ConfigError("timeout must be > 0, max_retries >= 0 and concurrency >= 1")
+        self.base_url = base_url
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        # Local servers (LM Studio, Ollama, vLLM) accept any key, but the SDK insists on one.
+        self._api_key = api_key or "not-needed"
+        self._secret = api_key or ""
+        self._slots = threading.BoundedSemaphore(concurrency)
+        self._client: Any = None
+        self._client_lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        """The SDK client, created on first use (no work at construction or import)."""
+        if self._client is None:
+            with self._client_lock:
+                if self._client is None:
+                    openai = import_openai()
+                    self._client = openai.OpenAI(
+                        base_url=self.base_url,
+                        api_key=self._api_key,
+                        timeout=self.timeout,
+                        max_retries=0,
+                    )
+        return self._client
+
+    def scrub(self, text: str) -> str:
+        """Remove the API key from a message (servers sometimes echo request headers)."""
+        if self._secret and self._secret in text:
+            text = text.replace(self._secret, "***")
+        return text
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run one SDK request with the retry policy; raise LLMError when it cannot succeed."""
+        openai = import_openai()
+        attempt = 0
+        while True:
+            failure: Exception
+            try:
+                with self._slots:
+                    return fn()
+            except openai.APIStatusError as exc:
+                status = int(exc.status_code)
+                retryable = status in _RETRY_STATUS or status >= 500
+                error = self._describe(what, exc, status)
+                wait = self._retry_after(exc)
+                failure = exc
+            except openai.APIConnectionError as exc:  # includes APITimeoutError
+                retryable = True
+                error = self._describe(what, exc, None)
+                wait = None
+                failure = exc
+            except Exception as exc:  # SDK validation errors, odd bodies: all are LLM failures
+                raise LLMError(self._describe(what, exc, None)) from exc
+            if not retryable or attempt >= self.max_retries:
+                raise LLMError(error) from failure
+            delay = self.backoff * (2**attempt) * (0.5 + random.random() / 2)
+            if wait is not None:
+                delay = max(delay, wait)
+            time.sleep(min(delay, self.max_backoff))
+            attempt += 1
+
+    def _describe(self, what: str, exc: Exception, status: int | None) -> str:
+        kind = type(exc).__name__
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        head = f"{what}: {kind}" + (f" (HTTP {status})" if status is not None else "")
+        return self.scrub(f"{head}: {detail[:300]}" if detail else head)
+
+    @staticmethod
+    def _retry_after(exc: Any) -> float | None:
+        try:
+            value = exc.response.headers.get("retry-after")
+            return float(value) if value is not None else None
+        except (AttributeError, TypeError, ValueError):
+            return None
+
+
+class OpenAICompatibleLLM(LLM):
+    """Chat over any OpenAI-compatible server.
+
+    >>> llm = OpenAICompatibleLLM("http://localhost:1234/v1", model="qwen2.5-7b-instruct")
+
+    ``json_mode`` sends ``response_format={"type": "json_object"}``; servers that reject it
+    (LM Studio accepts only ``json_schema``) get the request again without it, and the
+    adapter stops asking — the runner validates the text either way.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 2,
+        concurrency: int = 4,
+        backoff: float = 0.5,
+    ) -> None:
+        if not model:
+            raise ConfigError("an OpenAI-compatible LLM needs a model name")
+        self.model = model
+        self.endpoint = OpenAIEndpoint(
+            base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            concurrency=concurrency,
+            backoff=backoff,
+        )
+        self.name = f"openai-compatible:{model}@{safe_endpoint(base_url)}"
+        self._json_supported = True
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> OpenAICompatibleLLM:
+        """Build from ``config.LLMSettings`` (base_url and model must be set)."""
+        if not settings.base_url or not settings.model:
+            raise ConfigError("LLM settings need both base_url and model")
+        key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+        return cls(
+            settings.base_url,
+            settings.model,
+            api_key=key,
+            timeout=settings.timeout,
+            max_retries=settings.max_retries,
+            concurrency=settings.concurrency,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatibleLLM({self.name!r})"
+
+    def close(self) -> None:
+        self.endpoint.close()
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        model: str | None = None,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        json_mode: bool = False,
+        timeout: float | None = None,
+    ) -> str:
+        openai = import_openai()
+        payload: dict[str, Any] = {
+            "model": model or self.model,
+            "messages": [m.to_dict() for m in messages],
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+        if timeout is not None:
+            payload["timeout"] = timeout
+        use_json = json_mode and self._json_supported
+        if use_json:
+            try:
+                resp = self.endpoint.call(
+                    "chat",
+                    lambda: self.endpoint.client.chat.completions.create(
+                        **payload, response_format={"type": "json_object"}
+                    ),
+                )
+                return self._reply_text(resp)
+            except LLMError as exc:
+                if not isinstance(exc.__cause__, openai.BadRequestError | openai.UnprocessableEntityError):
+                    raise
+                # The server does not do json_object; prompts ask for JSON anyway.
+                self._json_supported = False
+        resp = self.endpoint.call(
+            "chat", lambda: self.endpoint.client.chat.completions.create(**payload)
+        )
+        return self._reply_text(resp)
+
+    @staticmethod
+    def _reply_text(resp: Any) -> str:
+        choices = getattr(resp, "choices", None) or []
+        if not choices:
+            raise LLMReplyError("chat: the reply has no choices")
+        choice = choices[0]
+        message = choice.message
+        content = (message.content or "") if message is not None else ""
+        refusal = getattr(message, "refusal", None) if message is not None else None
+        if refusal:
+            raise LLMReplyError(f"chat: the model refused: {str(refusal)[:200]}", raw=str(refusal))
+        if choice.finish_reason == "content_filter":
+            raise LLMReplyError("chat: the reply was blocked by a content filter", raw=content)
+        if choice.finish_reason == "length":
+            # Cut output is never repaired into data: whatever was cut may have mattered.
+            raise LLMReplyError("chat: the reply was cut at max_tokens", raw=content)
+        if not content.strip():
+            raise LLMReplyError("chat: the reply is empty")
+        return content
+
+
+__all__ = ["OpenAICompatibleLLM", "OpenAIEndpoint", "LLMReplyError", "safe_endpoint"]

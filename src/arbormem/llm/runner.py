@@ -1,0 +1,205 @@
+"""``LLMRunner``: the one door through which arbormem calls a model.
+
+Every role goes through ``LLMRunner.run``, which guarantees the property the seeds lacked:
+**a role returns a validated, typed result or None — never an exception, never error text.**
+Any failure (network, HTTP status, timeout, refusal, empty or cut reply, unparseable JSON,
+wrong schema, a failed semantic check) becomes None, and the caller takes its offline path.
+
+Each call is recorded in a bounded in-memory log (role, model, input size, raw output, error,
+duration), so a failure is visible (``Memory.llm_log()``) instead of silent, and the log
+cannot grow without bound. The runner also counts calls per role and lets each role use its
+own model (a small fast one for the per-recall planner, a larger one for summaries).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from .base import LLM, ChatMessage
+from .validate import InvalidOutput, parse_reply
+
+M = TypeVar("M", bound=BaseModel)
+
+#: Roles and the default number of output tokens each may use. Sized so a well-behaved
+#: answer always fits: a reply cut at max_tokens is rejected, never repaired.
+ROLE_MAX_TOKENS: dict[str, int] = {
+    "router": 200,
+    "labeler": 500,
+    "detail": 700,
+    "segmenter": 1200,
+    "selector": 200,
+    "query": 250,
+    "planner": 350,
+    "veto": 150,
+}
+
+
+@dataclass(frozen=True)
+class LLMCall:
+    """One recorded role call. ``error`` is None when the call produced a valid result."""
+
+    role: str
+    model: str | None
+    at: datetime
+    input_chars: int
+    output: str
+    error: str | None
+    duration_ms: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "model": self.model,
+            "at": self.at.isoformat(),
+            "input_chars": self.input_chars,
+            "output": self.output,
+            "error": self.error,
+            "duration_ms": round(self.duration_ms, 1),
+            "ok": self.ok,
+        }
+
+
+class LLMRunner:
+    """Runs LLM roles safely: typed result or None, with a bounded log and call counts.
+
+    ``models`` maps a role name to a model that overrides the LLM's default for that role;
+    ``timeouts`` does the same for the per-request timeout (seconds) — useful to keep the
+    recall planner, which a user waits for, much shorter than background summaries.
+    """
+
+    def __init__(
+        self,
+        llm: LLM,
+        *,
+        models: Mapping[str, str] | None = None,
+        timeouts: Mapping[str, float] | None = None,
+        log_size: int = 200,
+        max_output_chars: int = 4000,
+    ) -> None:
+        self.llm = llm
+        self.models = dict(models or {})
+        self.timeouts = dict(timeouts or {})
+        self.max_output_chars = max_output_chars
+        self._log: deque[LLMCall] = deque(maxlen=log_size)
+        self._calls: Counter[str] = Counter()
+        self._failures: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> LLMRunner:
+        """A runner over ``OpenAICompatibleLLM`` built from ``config.LLMSettings``."""
+        from .openai import OpenAICompatibleLLM
+
+        models = getattr(settings, "models", None) or {}
+        return cls(OpenAICompatibleLLM.from_settings(settings), models=models)
+
+    @property
+    def name(self) -> str:
+        return self.llm.name
+
+    # -- the one entry point -------------------------------------------------------------------
+    def run(
+        self,
+        role: str,
+        messages: Sequence[ChatMessage],
+        schema: type[M],
+        *,
+        max_tokens: int | None = None,
+        check: Callable[[M], M] | None = None,
+    ) -> M | None:
+        """Call the model for ``role``; return the validated object, or None on any failure.
+
+        ``check`` runs after schema validation for rules a schema cannot express (ids that
+        must exist in the input, spans that must cover it); it may return a cleaned copy and
+        raises (anything) to reject.
+        """
+        model = self.models.get(role)
+        input_chars = sum(len(m.content) for m in messages)
+        raw = ""
+        error: str | None = None
+        result: M | None = None
+        started = time.perf_counter()
+        try:
+            raw = self.llm.chat(
+                messages,
+                model=model,
+                max_tokens=max_tokens or ROLE_MAX_TOKENS.get(role, 400),
+                temperature=0.0,
+                json_mode=True,
+                timeout=self.timeouts.get(role),
+            )
+            if not isinstance(raw, str):
+                raise InvalidOutput(f"the LLM returned {type(raw).__name__}, not text")
+            parsed = parse_reply(raw, schema)
+            result = check(parsed) if check is not None else parsed
+        except Exception as exc:  # the whole point: nothing escapes into the caller
+            error = _describe(exc)
+            raw = raw or str(getattr(exc, "raw", "") or "")
+            result = None
+        duration = (time.perf_counter() - started) * 1000.0
+        self._record(LLMCall(
+            role=role,
+            model=model or getattr(self.llm, "model", None),
+            at=datetime.now(timezone.utc),
+            input_chars=input_chars,
+            output=raw[: self.max_output_chars],
+            error=error,
+            duration_ms=duration,
+        ))
+        return result
+
+    # -- inspection ----------------------------------------------------------------------------
+    def _record(self, call: LLMCall) -> None:
+        with self._lock:
+            self._log.append(call)
+            self._calls[call.role] += 1
+            if call.error is not None:
+                self._failures[call.role] += 1
+
+    def log(self, *, failures_only: bool = False, role: str | None = None) -> list[LLMCall]:
+        """The recorded calls, oldest first (bounded to the last ``log_size``)."""
+        with self._lock:
+            calls = list(self._log)
+        return [
+            c for c in calls
+            if (not failures_only or c.error is not None) and (role is None or c.role == role)
+        ]
+
+    def counts(self) -> dict[str, int]:
+        """Calls made per role since the runner was created (not bounded like the log)."""
+        with self._lock:
+            return dict(self._calls)
+
+    def failure_counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._failures)
+
+    @property
+    def total_calls(self) -> int:
+        with self._lock:
+            return sum(self._calls.values())
+
+    def close(self) -> None:
+        closer = getattr(self.llm, "close", None)
+        if callable(closer):
+            closer()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:500]
+
+
+__all__ = ["LLMRunner", "LLMCall", "ROLE_MAX_TOKENS"]

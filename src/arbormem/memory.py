@@ -1,0 +1,369 @@
+"""The ``Memory`` facade: the public API over store, embedder, tree and retriever.
+
+Write path (``begin``/``complete``/``add``/``add_many``): validate everything first, embed
+outside the lock, then in one store transaction allocate the sequence number, place the
+exchange in the tree, write its row and index entries. No LLM is ever called here.
+
+Read path (``recall``/``search``): see ``retrieve/engine.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import validate as v
+from .config import Settings
+from .embed import Embedder, make_embedder
+from .errors import ConfigError, NotFoundError, StateError, ValidationError
+from .models import Exchange, Hit, Recall, Stats, Topic
+from .organize.tree import TreeSession, new_id
+from .retrieve.engine import Retriever
+from .store.base import Store, TopicRecord
+from .text import term_counts, terms
+from .tokens import TokenCounter
+
+ProgressFn = Callable[[int, int], None]
+
+
+class Memory:
+    """Long-term memory of conversations, organised as a tree of topics.
+
+    ``Memory("memory.db")`` opens (or creates) an embedded SQLite memory; ``Memory(":memory:")``
+    keeps it in RAM. Pass ``store=`` for any other ``Store``, or ``database_url=`` for
+    PostgreSQL. ``embedder`` is an ``Embedder``, ``"local"`` (the bundled MiniLM, default),
+    ``"hash"`` (deterministic, for tests) or a sentence-transformers model folder.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        store: Store | None = None,
+        database_url: str | None = None,
+        embedder: Embedder | str | None = None,
+        llm: Any = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        given = [x is not None for x in (path, store, database_url)]
+        if sum(given) > 1:
+            raise ConfigError("pass at most one of path, store= and database_url=")
+        if store is None:
+            url = database_url or (None if path is not None else self.settings.database_url)
+            if url:
+                from .store.postgres import PostgresStore
+
+                store = PostgresStore(url)
+            else:
+                from .store.sqlite import SQLiteStore
+
+                store = SQLiteStore(path if path is not None else self.settings.db)
+        self.store: Store = store
+        self.embedder: Embedder = make_embedder(
+            embedder if embedder is not None else self.settings.embedder,
+            threads=self.settings.torch_threads, batch_size=self.settings.embed_batch_size,
+        )
+        self.llm = llm
+        self.tokens = TokenCounter()
+        self.retriever = Retriever(self.store, self.embedder, self.tokens, self.settings.recall)
+        self._checked_embedder = False
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the store. The Memory cannot be used afterwards."""
+        if not self._closed:
+            self._closed = True
+            self.store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_embedder(self) -> None:
+        # Vectors of different models must never share an index: record the model once and
+        # refuse another one later.
+        if self._checked_embedder:
+            return
+        with self._lock:
+            spec = f"{self.embedder.name}:{self.embedder.dim}"
+            stored = self.store.get_meta("embedder")
+            if stored is None:
+                self.store.set_meta("embedder", spec)
+            elif stored != spec:
+                raise ConfigError(
+                    f"this memory was built with embedder {stored!r}, not {spec!r}; "
+                    "open it with the same embedder (or re-embed it)"
+                )
+            self._checked_embedder = True
+
+    # -- write path -----------------------------------------------------------------------------
+    def begin(
+        self, user_text: str, *, user_id: str, session_id: str | None = None,
+        at: datetime | str | None = None, metadata: Mapping[str, Any] | None = None,
+    ) -> Exchange:
+        """Record a user message as a pending exchange (before the assistant replies)."""
+        uid = v.user_id(user_id)
+        body = v.text(user_text, "user_text", self.settings.max_message_chars)
+        ex_at, sid, meta = v.when(at), v.session_id(session_id), v.metadata(metadata)
+        with self.store.transaction(uid):
+            ex = Exchange(
+                id=new_id("x"), user_id=uid, session_id=sid, seq=self.store.next_seq(uid),
+                status="pending", messages=({"role": "user", "content": body},), user_text=body,
+                assistant_text="", user_at=ex_at, assistant_at=None, metadata=meta,
+            )
+            self.store.insert_exchange(ex)
+        return ex
+
+    def complete(self, exchange_id: str, assistant_text: str, *, at: datetime | str | None = None) -> Exchange:
+        """Attach the assistant's reply, place the exchange in the tree and index it."""
+        ex = self._pending(exchange_id)
+        reply = v.text(assistant_text, "assistant_text", self.settings.max_message_chars)
+        done_at = v.when(at)
+        done = dataclasses.replace(
+            ex, status="completed", assistant_text=reply, assistant_at=done_at,
+            messages=(*ex.messages, {"role": "assistant", "content": reply}),
+        )
+        self._check_embedder()
+        vec = self.embedder.embed([done.text])[0]
+        with self.store.transaction(ex.user_id):
+            current = self.store.get_exchange(exchange_id)
+            if current is None or current.status != "pending":
+                raise StateError(f"exchange {exchange_id} is no longer pending")
+            done = self._ingest(TreeSession(self.store, ex.user_id, self.settings.tree), done, vec, update=True)
+        return done
+
+    def fail(self, exchange_id: str, reason: str) -> Exchange:
+        """Mark a pending exchange failed (the reply never came). It is never recalled."""
+        ex = self._pending(exchange_id)
+        why = v.text(reason, "reason", 10_000)
+        with self.store.transaction(ex.user_id):
+            current = self.store.get_exchange(exchange_id)
+            if current is None or current.status != "pending":
+                raise StateError(f"exchange {exchange_id} is no longer pending")
+            failed = dataclasses.replace(current, status="failed", failure=why)
+            self.store.update_exchange(failed)
+        return failed
+
+    def _pending(self, exchange_id: str) -> Exchange:
+        if not isinstance(exchange_id, str):
+            raise ValidationError("exchange_id must be a string")
+        ex = self.store.get_exchange(exchange_id)
+        if ex is None:
+            raise NotFoundError(f"no exchange {exchange_id!r}")
+        if ex.status != "pending":
+            raise StateError(f"exchange {exchange_id} is {ex.status}, not pending")
+        return ex
+
+    def add(
+        self, messages: Sequence[Mapping[str, Any]], *, user_id: str, session_id: str | None = None,
+        at: datetime | str | None = None, metadata: Mapping[str, Any] | None = None,
+    ) -> Exchange:
+        """Store one whole exchange (OpenAI-format messages) in one call and transaction."""
+        return self.add_many(
+            [{"messages": messages, "session_id": session_id, "at": at, "metadata": metadata}],
+            user_id=user_id,
+        )[0]
+
+    def add_many(
+        self, items: Iterable[Mapping[str, Any]], *, user_id: str, batch_size: int = 256,
+        progress: ProgressFn | None = None,
+    ) -> list[Exchange]:
+        """Bulk import: validate every item first (nothing stored if one is bad), then embed in
+        batches and store each batch in one transaction. Items: dicts with ``messages`` and
+        optional ``session_id``, ``at`` (user time), ``assistant_at``, ``metadata``."""
+        uid = v.user_id(user_id)
+        prepared = [self._prepare(uid, item, i) for i, item in enumerate(items)]
+        if not prepared:
+            return []
+        self._check_embedder()
+        out: list[Exchange] = []
+        total = len(prepared)
+        for start in range(0, total, batch_size):
+            chunk = prepared[start : start + batch_size]
+            vecs = self.embedder.embed([ex.text for ex in chunk])
+            with self.store.transaction(uid):
+                tree = TreeSession(self.store, uid, self.settings.tree)
+                for ex, vec in zip(chunk, vecs):
+                    ex = dataclasses.replace(ex, seq=self.store.next_seq(uid))
+                    out.append(self._ingest(tree, ex, vec, update=False, flush=False))
+                tree.flush()
+            if progress is not None:
+                progress(min(start + batch_size, total), total)
+        return out
+
+    def _prepare(self, uid: str, item: Mapping[str, Any], index: int) -> Exchange:
+        if not isinstance(item, Mapping):
+            raise ValidationError(f"item {index}: must be a dict with 'messages'")
+        unknown = set(item) - {"messages", "session_id", "at", "assistant_at", "metadata", "user_id"}
+        if unknown:
+            raise ValidationError(f"item {index}: unknown keys {sorted(unknown)}")
+        if item.get("user_id") not in (None, uid):
+            raise ValidationError(f"item {index}: user_id differs from the import's user_id")
+        try:
+            msgs, user_text, assistant_text = v.messages(item.get("messages"), self.settings.max_message_chars)
+            at = v.when(item.get("at"))
+            assistant_at = v.when(item.get("assistant_at")) if item.get("assistant_at") else at
+            sid, meta = v.session_id(item.get("session_id")), v.metadata(item.get("metadata"))
+        except ValidationError as exc:
+            raise ValidationError(f"item {index}: {exc}") from exc
+        return Exchange(
+            id=new_id("x"), user_id=uid, session_id=sid, seq=0, status="completed",
+            messages=tuple(msgs), user_text=user_text, assistant_text=assistant_text,
+            user_at=at, assistant_at=assistant_at, metadata=meta,
+        )
+
+    def _ingest(self, tree: TreeSession, ex: Exchange, vec: np.ndarray, *, update: bool,
+                flush: bool = True) -> Exchange:
+        """Place, store and index one completed exchange (inside the caller's transaction)."""
+        counts = term_counts(ex.text)
+        topic_id = tree.place(ex, vec, counts)
+        ex = dataclasses.replace(ex, topic_id=topic_id)
+        if update:
+            self.store.update_exchange(ex)
+        else:
+            self.store.insert_exchange(ex)
+        self.store.put_vectors(ex.user_id, "exchange", [ex.id], vec[None, :])
+        self.store.put_text(ex.user_id, "exchange", ex.id, ex.text)
+        self.store.add_term_df(ex.user_id, list(counts))
+        if flush:
+            tree.flush()
+        return ex
+
+    # -- read path ------------------------------------------------------------------------------
+    def recall(
+        self, query: str, *, user_id: str, max_tokens: int | None = None, recent: int | None = None,
+    ) -> Recall:
+        """The memory context to inject for a new user message, within ``max_tokens``."""
+        uid = v.user_id(user_id)
+        body = v.text(query, "query", self.settings.max_message_chars)
+        budget = self.settings.recall.max_tokens if max_tokens is None else max_tokens
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+            raise ValidationError("max_tokens must be a non-negative integer")
+        n_recent = self.settings.recall.recent if recent is None else recent
+        if not isinstance(n_recent, int) or n_recent < 0:
+            raise ValidationError("recent must be a non-negative integer")
+        self._check_embedder()
+        return self.retriever.recall(uid, body, budget, n_recent, self._topic_view)
+
+    def search(self, query: str, *, user_id: str, limit: int = 10) -> list[Hit]:
+        """Ranked exchanges for ``query`` (hybrid lexical + dense, topic-aware)."""
+        uid = v.user_id(user_id)
+        body = v.text(query, "query", self.settings.max_message_chars)
+        if not isinstance(limit, int) or limit < 1 or limit > 1000:
+            raise ValidationError("limit must be an integer between 1 and 1000")
+        self._check_embedder()
+        return self.retriever.search(uid, body, limit)
+
+    def get(self, exchange_id: str) -> Exchange:
+        """The exchange with this id; NotFoundError if there is none."""
+        ex = self.store.get_exchange(exchange_id) if isinstance(exchange_id, str) else None
+        if ex is None:
+            raise NotFoundError(f"no exchange {exchange_id!r}")
+        return ex
+
+    def exchanges(self, *, user_id: str, status: str | None = None, limit: int | None = None,
+                  after_seq: int | None = None) -> list[Exchange]:
+        """The user's exchanges in sequence order (optionally by status / after a sequence)."""
+        uid = v.user_id(user_id)
+        if status not in (None, "pending", "completed", "failed"):
+            raise ValidationError(f"unknown status {status!r}")
+        return self.store.list_exchanges(uid, status=status, limit=limit, after_seq=after_seq)  # type: ignore[arg-type]
+
+    def topics(self, *, user_id: str) -> list[Topic]:
+        """Every theme and topic of the user (flat, with paths; no children)."""
+        root = self.tree(user_id=user_id)
+        return [dataclasses.replace(t, children=()) for t in root.walk() if t.kind != "root"]
+
+    def topic(self, topic_id: str, *, user_id: str) -> Topic:
+        """One topic (with its path); NotFoundError if the user has no such topic."""
+        t = self._topic_view(v.user_id(user_id), topic_id)
+        if t is None:
+            raise NotFoundError(f"no topic {topic_id!r}")
+        return t
+
+    def tree(self, *, user_id: str) -> Topic:
+        """The user's topic tree: a root ``Topic`` whose children are the top-level themes."""
+        uid = v.user_id(user_id)
+        recs = self.store.list_topics(uid)
+        kids: dict[str | None, list[TopicRecord]] = {}
+        root_rec: TopicRecord | None = None
+        for r in recs:
+            if r.kind == "root":
+                root_rec = r
+            kids.setdefault(r.parent_id, []).append(r)
+
+        def build(rec: TopicRecord, depth: int, path: tuple[str, ...]) -> Topic:
+            here = path if rec.kind == "root" else (*path, rec.title)
+            children = sorted(kids.get(rec.id, []), key=lambda r: (r.start_seq or 0, r.created_seq))
+            return _topic(rec, depth, here, tuple(build(c, depth + 1, here) for c in children))
+
+        if root_rec is None:
+            root_rec = TopicRecord(id=f"root:{uid}", user_id=uid, kind="root", parent_id=None)
+        return build(root_rec, 0, ())
+
+    def _topic_view(self, user_id: str, topic_id: str) -> Topic | None:
+        rec = self.store.get_topic(topic_id)
+        if rec is None or rec.user_id != user_id:
+            return None
+        path: list[str] = []
+        depth = 0
+        node: TopicRecord | None = rec
+        while node is not None and node.kind != "root":
+            path.append(node.title)
+            depth += 1
+            node = self.store.get_topic(node.parent_id) if node.parent_id else None
+        return _topic(rec, depth, tuple(reversed(path)), ())
+
+    def stats(self, *, user_id: str) -> Stats:
+        uid = v.user_id(user_id)
+        counts = self.store.count_exchanges(uid)
+        root = self.tree(user_id=uid)
+        nodes = root.walk()
+        transcript = sum(self.tokens.count(e.text) for e in self.store.iter_exchanges(uid) if e.status == "completed")
+        return Stats(
+            user_id=uid, exchanges=sum(counts.values()), completed=counts["completed"],
+            pending=counts["pending"], failed=counts["failed"],
+            topics=sum(1 for t in nodes if t.kind == "topic"),
+            themes=sum(1 for t in nodes if t.kind == "theme"), depth=root.height() - 1,
+            transcript_tokens=transcript,
+        )
+
+    # -- deletion -------------------------------------------------------------------------------
+    def delete(self, exchange_id: str) -> None:
+        """Delete one exchange from the transcript, its topic and every index."""
+        ex = self.get(exchange_id)
+        with self.store.transaction(ex.user_id):
+            if ex.status == "completed" and ex.topic_id:
+                vec = self.store.get_vectors(ex.user_id, "exchange", [ex.id]).get(ex.id)
+                tree = TreeSession(self.store, ex.user_id, self.settings.tree)
+                tree.remove(ex, vec, term_counts(ex.text))
+                self.store.delete_exchange(ex.id)
+                self.store.add_term_df(ex.user_id, list(set(terms(ex.text))), delta=-1)
+                tree.flush()
+            else:
+                self.store.delete_exchange(ex.id)
+            self.store.log_change(ex.user_id, "delete", ex.id, {"seq": ex.seq, "topic": ex.topic_id})
+
+    def delete_user(self, user_id: str) -> int:
+        """Delete every exchange, topic, index entry and log row of a user; returns the count."""
+        return self.store.delete_user(v.user_id(user_id))
+
+
+def _topic(rec: TopicRecord, depth: int, path: tuple[str, ...], children: tuple[Topic, ...]) -> Topic:
+    return Topic(
+        id=rec.id, user_id=rec.user_id, kind=rec.kind, parent_id=rec.parent_id, title=rec.title,
+        keywords=tuple(rec.keywords), summary=rec.summary, start_seq=rec.start_seq,
+        end_seq=rec.end_seq, size=rec.size, first_at=rec.first_at, last_at=rec.last_at,
+        frozen=rec.frozen, depth=depth, path=path, children=children,
+    )

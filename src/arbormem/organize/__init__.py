@@ -1,0 +1,1 @@
+"""The organiser: placing exchanges in the topic tree, labels, summaries, consolidation."""

@@ -1,0 +1,371 @@
+"""Placing exchanges in the topic tree, without an LLM.
+
+A user's tree: one root, themes (inner nodes) and topics (leaves holding runs of consecutive
+exchanges). Each completed exchange is placed at once (TRACE's routing, decided here by
+embedding similarity and time):
+
+1. *Continue* the open topic when the exchange is similar enough to its centroid, in the same
+   session, without a long pause, and the topic is not full.
+2. Otherwise the open topic is *frozen* (the conversation moved away) and a new topic starts.
+   Its parent is found by descending from the root into the most similar theme while the
+   similarity clears a threshold that tightens with depth (MemTree); if no top-level theme
+   fits, a new theme is started.
+3. Fan-out stays bounded: a node with more than ``max_children`` children is split by grouping
+   its children (balanced spherical k-means on centroids) under new themes, so depth grows
+   like log(n) and never like the length of the conversation (TRACE's RecursionError).
+
+Centroids are kept as vector sums, term counts as bounded counters, so an update touches only
+the new leaf and its ancestors. ``TreeSession`` is a unit of work inside one store transaction:
+it caches the nodes it reads and writes dirty ones (row, centroid, text index) once at the end.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..config import TreeSettings
+from ..models import Exchange
+from ..store.base import Store, TopicRecord
+from ..text import idf, merge_counts, prune_counts, sentences, shorten, terms, top_terms
+
+# Bounded per-node term statistics: enough for keywords and titles, small enough to rewrite.
+LEAF_TERMS = 96
+THEME_TERMS = 128
+KEYWORDS = 8
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def _cos(a: np.ndarray | None, b: np.ndarray) -> float:
+    if a is None:
+        return -1.0
+    return float(a @ b)
+
+
+class TreeSession:
+    """Unit of work over one user's tree; call inside ``store.transaction(user_id)``."""
+
+    def __init__(self, store: Store, user_id: str, settings: TreeSettings) -> None:
+        self.store = store
+        self.user_id = user_id
+        self.s = settings
+        self._nodes: dict[str, TopicRecord] = {}
+        self._kids: dict[str, list[str]] = {}
+        self._dirty: set[str] = set()
+        self._deleted: set[str] = set()
+        self._to_summarise: set[str] = set()
+        self.root = self._load_root()
+
+    # -- node cache ------------------------------------------------------------------------------
+    def _load_root(self) -> TopicRecord:
+        roots = self.store.list_topics(self.user_id, parent_id=None)
+        if roots:
+            root = roots[0]
+        else:
+            root = TopicRecord(id=new_id("r"), user_id=self.user_id, kind="root", parent_id=None,
+                               title="", created_seq=0)
+            self._dirty.add(root.id)
+            self._kids[root.id] = []
+        self._nodes[root.id] = root
+        return root
+
+    def get(self, topic_id: str) -> TopicRecord | None:
+        node = self._nodes.get(topic_id)
+        if node is None and topic_id not in self._deleted:
+            node = self.store.get_topic(topic_id)
+            if node is not None and node.user_id == self.user_id:
+                self._nodes[topic_id] = node
+            else:
+                node = None
+        return node
+
+    def children(self, node: TopicRecord) -> list[TopicRecord]:
+        ids = self._kids.get(node.id)
+        if ids is None:
+            recs = self.store.list_topics(self.user_id, parent_id=node.id)
+            for r in recs:
+                self._nodes.setdefault(r.id, r)
+            ids = [r.id for r in recs]
+            self._kids[node.id] = ids
+        return [self._nodes[i] for i in ids]
+
+    def ancestors(self, node: TopicRecord) -> list[TopicRecord]:
+        """Parents of ``node`` up to and including the root, nearest first."""
+        out = []
+        cur = node
+        while cur.parent_id is not None:
+            parent = self.get(cur.parent_id)
+            if parent is None:
+                break
+            out.append(parent)
+            cur = parent
+        return out
+
+    def _create(self, kind: str, parent: TopicRecord, seq: int) -> TopicRecord:
+        rec = TopicRecord(id=new_id("t"), user_id=self.user_id, kind=kind,  # type: ignore[arg-type]
+                          parent_id=parent.id, created_seq=seq)
+        self._nodes[rec.id] = rec
+        self._kids[rec.id] = []
+        self.children(parent)
+        self._kids[parent.id].append(rec.id)
+        self._dirty.add(rec.id)
+        self._dirty.add(parent.id)
+        return rec
+
+    def _reparent(self, node: TopicRecord, new_parent: TopicRecord) -> None:
+        old = self.get(node.parent_id) if node.parent_id else None
+        if old is not None:
+            self.children(old)
+            self._kids[old.id].remove(node.id)
+            self._dirty.add(old.id)
+        self.children(new_parent)
+        self._kids[new_parent.id].append(node.id)
+        node.parent_id = new_parent.id
+        self._dirty.add(node.id)
+
+    # -- placement -------------------------------------------------------------------------------
+    def current(self) -> TopicRecord | None:
+        cur_id = self.root.meta.get("current")
+        return self.get(cur_id) if cur_id else None
+
+    def place(self, ex: Exchange, vec: np.ndarray, counts: Mapping[str, int]) -> str:
+        """Choose the topic for a completed exchange, update the tree, return the topic id."""
+        cur = self.current()
+        decision = "continue"
+        if cur is None or not self._continues(cur, ex, vec):
+            if cur is not None:
+                self.freeze(cur)
+            parent = self._descend(vec)
+            if parent.kind == "root":
+                parent = self._create("theme", parent, ex.seq)
+            cur = self._create("topic", parent, ex.seq)
+            cur.meta["session"] = ex.session_id
+            self.root.meta["current"] = cur.id
+            self._dirty.add(self.root.id)
+            decision = "new"
+        self._add_to(cur, ex, vec, counts)
+        if decision == "new" and cur.parent_id:
+            parent_node = self.get(cur.parent_id)
+            if parent_node is not None:
+                self._bound_fanout(parent_node, ex.seq)
+        return cur.id
+
+    def _continues(self, cur: TopicRecord, ex: Exchange, vec: np.ndarray) -> bool:
+        if cur.frozen or cur.kind != "topic":
+            return False
+        if cur.size >= self.s.max_topic_size:
+            return False
+        if (cur.meta.get("session") or None) != (ex.session_id or None):
+            return False
+        if cur.last_at is not None:
+            gap = (ex.user_at - cur.last_at).total_seconds() / 3600.0
+            if gap > self.s.session_gap_hours:
+                return False
+        return _cos(cur.centroid(), vec) >= self.s.continue_threshold
+
+    def _descend(self, vec: np.ndarray) -> TopicRecord:
+        node = self.root
+        depth = 0
+        while True:
+            themes = [c for c in self.children(node) if c.kind == "theme"]
+            if not themes:
+                return node
+            sims = [(_cos(t.centroid(), vec), t) for t in themes]
+            best_sim, best = max(sims, key=lambda p: p[0])
+            if best_sim < self.s.descend_threshold + depth * self.s.descend_step:
+                return node
+            node = best
+            depth += 1
+
+    def _add_to(self, leaf: TopicRecord, ex: Exchange, vec: np.ndarray, counts: Mapping[str, int]) -> None:
+        for i, node in enumerate([leaf, *self.ancestors(leaf)]):
+            node.vec_sum = vec.astype(np.float32).copy() if node.vec_sum is None else node.vec_sum + vec
+            node.size += 1
+            node.start_seq = ex.seq if node.start_seq is None else min(node.start_seq, ex.seq)
+            node.end_seq = ex.seq if node.end_seq is None else max(node.end_seq, ex.seq)
+            node.first_at = ex.user_at if node.first_at is None else min(node.first_at, ex.user_at)
+            node.last_at = ex.user_at if node.last_at is None else max(node.last_at, ex.user_at)
+            if node.kind != "root":
+                keep = LEAF_TERMS if i == 0 else THEME_TERMS
+                node.terms = prune_counts(merge_counts(node.terms, counts.items()), keep)
+            if i == 0 and not node.summary:
+                node.summary = shorten(ex.user_text, 200)
+            self._dirty.add(node.id)
+
+    def remove(self, ex: Exchange, vec: np.ndarray | None, counts: Mapping[str, int]) -> None:
+        """Take a deleted exchange out of its topic and the topic's ancestors."""
+        if ex.topic_id is None:
+            return
+        leaf = self.get(ex.topic_id)
+        if leaf is None:
+            return
+        chain = [leaf, *self.ancestors(leaf)]
+        for node in chain:
+            if vec is not None and node.vec_sum is not None:
+                node.vec_sum = node.vec_sum - vec
+            node.size = max(0, node.size - 1)
+            if node.kind != "root":
+                node.terms = {t: c - counts.get(t, 0) for t, c in node.terms.items() if c - counts.get(t, 0) > 0}
+            self._dirty.add(node.id)
+        self._recompute_span(leaf)
+        # Drop nodes that became empty, bottom-up (the root stays).
+        for node in chain:
+            if node.kind == "root" or node.size > 0:
+                continue
+            parent = self.get(node.parent_id) if node.parent_id else None
+            if parent is not None:
+                self.children(parent)
+                if node.id in self._kids[parent.id]:
+                    self._kids[parent.id].remove(node.id)
+            if self.root.meta.get("current") == node.id:
+                self.root.meta.pop("current", None)
+                self._dirty.add(self.root.id)
+            self._deleted.add(node.id)
+            self._dirty.discard(node.id)
+            self._nodes.pop(node.id, None)
+
+    def _recompute_span(self, leaf: TopicRecord) -> None:
+        members = [e for e in self.store.list_exchanges(self.user_id, topic_id=leaf.id) if e.status == "completed"]
+        if members:
+            leaf.start_seq, leaf.end_seq = members[0].seq, members[-1].seq
+            leaf.first_at = min(e.user_at for e in members)
+            leaf.last_at = max(e.user_at for e in members)
+
+    # -- fan-out -----------------------------------------------------------------------------------
+    def _bound_fanout(self, node: TopicRecord, seq: int) -> None:
+        kids = self.children(node)
+        if len(kids) <= self.s.max_children:
+            return
+        cap = max(2, self.s.max_children // 2)
+        k = max(2, math.ceil(len(kids) / cap))
+        vecs = np.stack([
+            c.centroid() if c.centroid() is not None else np.zeros_like(self.root.vec_sum)  # type: ignore[arg-type]
+            for c in kids
+        ])
+        groups = balanced_groups(vecs, k, cap)
+        for group in groups:
+            if len(group) < 2:
+                continue
+            theme = self._create("theme", node, seq)
+            for j in group:
+                kid = kids[j]
+                self._reparent(kid, theme)
+                theme.vec_sum = kid.vec_sum.copy() if theme.vec_sum is None else theme.vec_sum + (kid.vec_sum if kid.vec_sum is not None else 0)
+                theme.size += kid.size
+                theme.terms = prune_counts(merge_counts(theme.terms, kid.terms.items()), THEME_TERMS)
+                for attr, pick in (("start_seq", min), ("end_seq", max), ("first_at", min), ("last_at", max)):
+                    a, b = getattr(theme, attr), getattr(kid, attr)
+                    setattr(theme, attr, b if a is None else (a if b is None else pick(a, b)))
+            theme.frozen = all(self._nodes[j].frozen for j in self._kids[theme.id])
+            self.store.log_change(self.user_id, "split", theme.id, {
+                "parent": node.id, "children": [kids[j].id for j in group], "reason": "fan-out",
+                "max_children": self.s.max_children,
+            })
+
+    # -- labels --------------------------------------------------------------------------------------
+    def freeze(self, leaf: TopicRecord) -> None:
+        leaf.frozen = True
+        self._dirty.add(leaf.id)
+        self._to_summarise.add(leaf.id)
+
+    def flush(self) -> list[str]:
+        """Write every changed node (row, centroid, text index); return their ids."""
+        dirty = [self._nodes[i] for i in self._dirty if i in self._nodes]
+        n_docs = max(1, self.root.size)
+        wanted = {t for node in dirty for t in node.terms}
+        df = self.store.get_term_df(self.user_id, list(wanted)) if wanted else {}
+        for node in dirty:
+            if node.kind == "root":
+                continue
+            node.keywords = top_terms(node.terms, df, n_docs, KEYWORDS)
+            node.title = make_title(node.keywords)
+            if node.id in self._to_summarise and node.kind == "topic":
+                node.summary = self._extractive_summary(node, df, n_docs)
+            elif node.kind == "theme":
+                kids = self.children(node)
+                node.summary = shorten("; ".join(k.title for k in kids if k.title), 240)
+                node.frozen = all(k.frozen for k in kids) if kids else node.frozen
+        for node in dirty:
+            self.store.put_topic(node)
+        vec_nodes = [n for n in dirty if n.kind != "root" and n.centroid() is not None]
+        if vec_nodes:
+            self.store.put_vectors(self.user_id, "topic", [n.id for n in vec_nodes],
+                                   np.stack([n.centroid() for n in vec_nodes]))  # type: ignore[misc]
+        for node in dirty:
+            if node.kind != "root":
+                self.store.put_text(self.user_id, "topic", node.id, topic_index_text(node))
+        for topic_id in self._deleted:
+            self.store.delete_topic(topic_id)
+        ids = [n.id for n in dirty]
+        self._dirty.clear()
+        self._deleted.clear()
+        self._to_summarise.clear()
+        return ids
+
+    def _extractive_summary(self, leaf: TopicRecord, df: Mapping[str, int], n_docs: int) -> str:
+        members = self.store.list_exchanges(self.user_id, topic_id=leaf.id)
+        weights = {t: idf(df.get(t, 1), n_docs) for t in leaf.keywords}
+        best: list[tuple[float, int, str]] = []
+        order = 0
+        for ex in members:
+            for sent in sentences(ex.user_text) + sentences(ex.assistant_text):
+                toks = set(terms(sent))
+                score = sum(w for t, w in weights.items() if t in toks) / (1.0 + 0.02 * len(sent))
+                best.append((score, order, sent))
+                order += 1
+        top = sorted(best, key=lambda b: -b[0])[:2]
+        text = " ".join(s for _, _, s in sorted(top, key=lambda b: b[1]))
+        return shorten(text, 240) if text else leaf.summary
+
+
+def make_title(keywords: list[str]) -> str:
+    """A short offline title: the top keywords, capitalised."""
+    return " · ".join(k[:1].upper() + k[1:] for k in keywords[:3]) or "Untitled"
+
+
+def topic_index_text(node: TopicRecord) -> str:
+    """What the lexical topic index sees: title, keywords and summary."""
+    return f"{node.title}\n{' '.join(node.keywords)}\n{node.summary}"
+
+
+def balanced_groups(vecs: np.ndarray, k: int, cap: int, iters: int = 6) -> list[list[int]]:
+    """Group rows of ``vecs`` into ``k`` groups of at most ``cap`` by spherical k-means.
+
+    Deterministic (farthest-point initialisation); capacity is enforced by assigning the most
+    confident items first and spilling the rest to their next-best group with room.
+    """
+    n = len(vecs)
+    k = min(k, n)
+    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+    unit = vecs / np.where(norms == 0, 1, norms)
+    centers = [0]
+    while len(centers) < k:
+        sims = np.max(unit @ unit[centers].T, axis=1)
+        sims[centers] = np.inf
+        centers.append(int(np.argmin(sims)))
+    c = unit[centers].copy()
+    assign = np.zeros(n, dtype=int)
+    for _ in range(iters):
+        sims = unit @ c.T
+        order = np.argsort(-sims.max(axis=1))
+        load = Counter[int]()
+        for i in order:
+            for g in np.argsort(-sims[i]):
+                if load[int(g)] < cap:
+                    assign[i] = int(g)
+                    load[int(g)] += 1
+                    break
+        for g in range(k):
+            members = unit[assign == g]
+            if len(members):
+                m = members.sum(axis=0)
+                c[g] = m / (np.linalg.norm(m) or 1.0)
+    return [[i for i in range(n) if assign[i] == g] for g in range(k)]
+

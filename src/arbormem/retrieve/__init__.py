@@ -1,0 +1,1 @@
+"""The read path: query analysis, candidates, fusion, packing and rendering."""

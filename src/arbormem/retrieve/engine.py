@@ -1,0 +1,280 @@
+"""The read path: candidates from every index, rank fusion, topic-aware scoring, packing.
+
+1. Analyse the query (terms, names, time window) and embed it once.
+2. Candidates: exchanges by dense and lexical search, topics by dense and lexical search.
+3. Fuse by reciprocal rank (k=60) per level; a topic's fused score lifts its exchanges
+   (SeCom: the segment is context for scoring its turns), and the best exchanges of the top
+   topics join as candidates even when no exchange-level index found them (multi-path
+   retrieval across branches, TRACE).
+4. Expand the best hits with their neighbours in the same topic (the answer is often the turn
+   after the question), at a discount.
+5. Pack greedily by score per token under the budget, with a per-topic cap so one topic cannot
+   eat the budget; render topic packets in time order; verify the exact token count.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+from ..config import RecallSettings
+from ..embed.base import Embedder
+from ..models import Exchange, Hit, Recall, RecallTrace, Topic
+from ..store.base import Store, TopicRecord
+from ..tokens import TokenCounter
+from .query import QueryAnalysis, analyse
+from .render import packet_header, render, render_exchange
+
+RRF_K = 60.0
+
+
+@dataclass
+class _Cand:
+    ex_id: str
+    score: float = 0.0
+    sources: set[str] = field(default_factory=set)
+
+
+def rrf(ranked: list[tuple[str, float]], weight: float = 1.0) -> dict[str, float]:
+    return {item: weight / (RRF_K + rank + 1) for rank, (item, _) in enumerate(ranked)}
+
+
+class Retriever:
+    """Search and recall over one store with one embedder."""
+
+    def __init__(self, store: Store, embedder: Embedder, counter: TokenCounter, settings: RecallSettings) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.counter = counter
+        self.s = settings
+
+    # -- shared candidate generation -------------------------------------------------------------
+    def _score(self, user_id: str, q: QueryAnalysis, qvec: np.ndarray, k: int,
+               timings: dict[str, float]) -> tuple[dict[str, _Cand], dict[str, float], dict[str, Exchange]]:
+        t0 = time.perf_counter()
+        dense = self.store.vector_search(user_id, "exchange", qvec, k)
+        lex = self.store.text_search(user_id, "exchange", q.terms, k) if q.terms else []
+        tdense = self.store.vector_search(user_id, "topic", qvec, 12)
+        tlex = self.store.text_search(user_id, "topic", q.terms, 12) if q.terms else []
+        timings["indexes"] = (time.perf_counter() - t0) * 1000
+
+        cands: dict[str, _Cand] = {}
+        for name, ranked in (("dense", dense), ("lexical", lex)):
+            for ex_id, s in rrf(ranked).items():
+                c = cands.setdefault(ex_id, _Cand(ex_id))
+                c.score += s
+                c.sources.add(name)
+        topic_scores: dict[str, float] = defaultdict(float)
+        for ranked in (tdense, tlex):
+            for tid, s in rrf(ranked).items():
+                topic_scores[tid] += s
+        top_rrf = max(topic_scores.values(), default=1.0)
+        topic_norm = {t: s / top_rrf for t, s in topic_scores.items()}
+
+        exchanges = {e.id: e for e in self.store.get_exchanges(user_id, list(cands))}
+        # Multi-path: the best exchanges of the strongest topics join even if the flat indexes
+        # missed them (scored by their own similarity to the query inside the topic).
+        best_topics = sorted(topic_norm.items(), key=lambda kv: -kv[1])[:4]
+        for tid, tscore in best_topics:
+            members = [e for e in self.store.list_exchanges(user_id, topic_id=tid, status="completed")
+                       if not e.archived]
+            if not members:
+                continue
+            vecs = self.store.get_vectors(user_id, "exchange", [e.id for e in members])
+            ranked = sorted(((float(vecs[e.id] @ qvec), e) for e in members if e.id in vecs),
+                            key=lambda p: -p[0])[:3]
+            for rank, (_, e) in enumerate(ranked):
+                exchanges.setdefault(e.id, e)
+                c = cands.setdefault(e.id, _Cand(e.id))
+                c.score += 0.5 * tscore / (RRF_K + rank + 1)
+                c.sources.add("topic")
+        # Topic lift and time boost.
+        for c in cands.values():
+            ex = exchanges.get(c.ex_id)
+            if ex is None:
+                continue
+            if ex.topic_id in topic_norm:
+                c.score *= 1.0 + 0.5 * topic_norm[ex.topic_id]
+            if q.time_range is not None and q.time_range[0] <= ex.user_at < q.time_range[1]:
+                c.score *= 1.5
+                c.sources.add("time")
+        timings["fuse"] = (time.perf_counter() - t0) * 1000 - timings["indexes"]
+        live = {i: c for i, c in cands.items()
+                if i in exchanges and exchanges[i].status == "completed" and not exchanges[i].archived}
+        return live, topic_norm, exchanges
+
+    def _now(self, user_id: str) -> datetime | None:
+        last = self.store.list_exchanges(user_id, status="completed", limit=1, newest_first=True)
+        return last[0].user_at if last else None
+
+    def _paths(self, user_id: str, topic_ids: set[str]) -> dict[str, tuple[str, ...]]:
+        cache: dict[str, TopicRecord | None] = {}
+
+        def get(tid: str) -> TopicRecord | None:
+            if tid not in cache:
+                rec = self.store.get_topic(tid)
+                cache[tid] = rec if rec is not None and rec.user_id == user_id else None
+            return cache[tid]
+
+        out: dict[str, tuple[str, ...]] = {}
+        for tid in topic_ids:
+            titles: list[str] = []
+            node = get(tid)
+            while node is not None and node.kind != "root":
+                titles.append(node.title)
+                node = get(node.parent_id) if node.parent_id else None
+            out[tid] = tuple(reversed(titles))
+        return out
+
+    # -- public operations ------------------------------------------------------------------------
+    def search(self, user_id: str, query: str, limit: int) -> list[Hit]:
+        q = analyse(query, self._now(user_id))
+        qvec = self.embedder.embed_one(query)
+        timings: dict[str, float] = {}
+        cands, _, exchanges = self._score(user_id, q, qvec, max(limit * 3, 30), timings)
+        ranked = sorted(cands.values(), key=lambda c: -c.score)[:limit]
+        paths = self._paths(user_id, {exchanges[c.ex_id].topic_id for c in ranked if exchanges[c.ex_id].topic_id})  # type: ignore[misc]
+        return [
+            Hit(exchange=exchanges[c.ex_id], score=c.score, topic_id=exchanges[c.ex_id].topic_id,
+                path=paths.get(exchanges[c.ex_id].topic_id or "", ()), sources=tuple(sorted(c.sources)))
+            for c in ranked
+        ]
+
+    def recall(self, user_id: str, query: str, max_tokens: int, recent: int,
+               to_topic: Callable[[str, str], Topic | None]) -> Recall:
+        t_start = time.perf_counter()
+        timings: dict[str, float] = {}
+        now = self._now(user_id)
+        q = analyse(query, now)
+        t0 = time.perf_counter()
+        qvec = self.embedder.embed_one(query)
+        timings["embed"] = (time.perf_counter() - t0) * 1000
+        cands, topic_norm, exchanges = self._score(user_id, q, qvec, self.s.candidates, timings)
+
+        # Neighbour expansion around the strongest hits, inside the same topic.
+        t0 = time.perf_counter()
+        strongest = sorted(cands.values(), key=lambda c: -c.score)[:8]
+        for c in strongest:
+            ex = exchanges[c.ex_id]
+            for nb in self.store.list_exchanges(user_id, after_seq=ex.seq - 2, limit=3):
+                if nb.id == ex.id or nb.status != "completed" or nb.archived or nb.topic_id != ex.topic_id:
+                    continue
+                exchanges.setdefault(nb.id, nb)
+                n = cands.setdefault(nb.id, _Cand(nb.id))
+                n.score = max(n.score, 0.35 * c.score)
+                n.sources.add("neighbour")
+        timings["expand"] = (time.perf_counter() - t0) * 1000
+
+        # Recent exchanges, within their share of the budget.
+        t0 = time.perf_counter()
+        recent_list: list[Exchange] = []
+        if recent > 0:
+            recent_list = list(reversed(self.store.list_exchanges(
+                user_id, status="completed", limit=recent, newest_first=True)))
+        packed, text, tokens, dropped = self._pack(user_id, cands, exchanges, recent_list, max_tokens)
+        timings["pack"] = (time.perf_counter() - t0) * 1000
+        timings["total"] = (time.perf_counter() - t_start) * 1000
+
+        topic_ids = [t for t in dict.fromkeys(e.topic_id for e in packed if e.topic_id)]
+        topics = tuple(t for t in (to_topic(user_id, tid) for tid in topic_ids) if t is not None)
+        trace = RecallTrace(
+            query_terms=q.terms, candidates=len(cands),
+            topic_scores={k: round(v, 4) for k, v in sorted(topic_norm.items(), key=lambda kv: -kv[1])[:10]},
+            exchange_scores={e.id: round(cands[e.id].score, 6) for e in packed if e.id in cands},
+            timings_ms={k: round(v, 2) for k, v in timings.items()}, budget=max_tokens,
+            dropped=dropped, notes=q.notes,
+        )
+        return Recall(text=text, tokens=tokens, exchanges=tuple(packed), topics=topics, trace=trace)
+
+    def _pack(self, user_id: str, cands: Mapping[str, _Cand], exchanges: Mapping[str, Exchange],
+              recent: list[Exchange], budget: int) -> tuple[list[Exchange], str, int, int]:
+        count = self.counter.count
+        blocks: dict[str, str] = {}
+        cost: dict[str, int] = {}
+
+        def block(ex: Exchange) -> str:
+            if ex.id not in blocks:
+                blocks[ex.id] = render_exchange(ex)
+                cost[ex.id] = count(blocks[ex.id]) + 1
+            return blocks[ex.id]
+
+        frame = count(render([("## Topic", [])])) + 1
+        if budget <= frame + 8:
+            return [], "", 0, len(cands)
+        used = frame
+        chosen: list[Exchange] = []
+        chosen_ids: set[str] = set()
+        headers: set[str | None] = set()
+        per_topic: dict[str | None, int] = defaultdict(int)
+        header_cost = 14  # a path header ("## A › B") is ~6-14 tokens
+
+        # Recent exchanges first, capped to their share of the budget.
+        recent_cap = int(budget * self.s.recent_share)
+        recent_used = 0
+        recent_ids: set[str] = set()
+        for ex in reversed(recent):
+            block(ex)
+            c = cost[ex.id] + (header_cost if not recent_ids else 0)
+            if recent_used + c > recent_cap:
+                break
+            recent_used += c
+            recent_ids.add(ex.id)
+        used += recent_used
+
+        cap_per_topic = max(1, int(budget * 0.45))
+        ranked = sorted(cands.values(), key=lambda c: -c.score)
+        for c in ranked:
+            if c.ex_id in recent_ids:
+                continue
+            ex = exchanges[c.ex_id]
+            block(ex)
+            extra = cost[ex.id] + (0 if ex.topic_id in headers else header_cost)
+            if used + extra > budget or per_topic[ex.topic_id] + cost[ex.id] > cap_per_topic:
+                continue
+            used += extra
+            headers.add(ex.topic_id)
+            per_topic[ex.topic_id] += cost[ex.id]
+            chosen.append(ex)
+            chosen_ids.add(ex.id)
+
+        recent_chosen = [e for e in recent if e.id in recent_ids]
+        paths = self._paths(user_id, {e.topic_id for e in chosen if e.topic_id})
+        while True:
+            text = self._render(chosen, recent_chosen, paths, blocks)
+            tokens = count(text)
+            if tokens <= budget:
+                break
+            # Headers cost more than estimated: drop the lowest-scored item and re-render.
+            if chosen:
+                worst = min(chosen, key=lambda e: cands[e.id].score if e.id in cands else 0.0)
+                chosen.remove(worst)
+            elif recent_chosen:
+                recent_chosen.pop(0)
+            else:
+                text, tokens = "", 0
+                break
+        packed = sorted(chosen, key=lambda e: e.seq) + recent_chosen
+        return packed, text, tokens, max(0, len(cands) - len(chosen))
+
+    @staticmethod
+    def _render(chosen: list[Exchange], recent: list[Exchange], paths: Mapping[str, tuple[str, ...]],
+                blocks: Mapping[str, str]) -> str:
+        by_topic: dict[str | None, list[Exchange]] = defaultdict(list)
+        for ex in chosen:
+            by_topic[ex.topic_id].append(ex)
+        # Packets in the order their first exchange happened; exchanges in order inside.
+        order = sorted(by_topic.items(), key=lambda kv: min(e.seq for e in kv[1]))
+        packets = []
+        for tid, exs in order:
+            exs.sort(key=lambda e: e.seq)
+            path = paths.get(tid or "", ())
+            packets.append((packet_header(path[-2:]), [blocks[e.id] for e in exs]))
+        if recent:
+            packets.append(("## Recent", [blocks[e.id] for e in recent]))
+        return render(packets)
+

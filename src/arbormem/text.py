@@ -1,0 +1,97 @@
+"""Language-neutral text helpers shared by the organiser and the retriever.
+
+Terms are Unicode word tokens, lower-cased, with a short stop-word list; everything else about
+term importance comes from per-user document frequencies (IDF), which works in any language
+whose words are separated by spaces or punctuation.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+_SENT = re.compile(r"(?<=[.!?。！？])\s+")
+
+# English function words; other languages are handled by IDF (frequent words weigh little).
+STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are aren't as at be because been
+    before being below between both but by can can't cannot could couldn't did didn't do does
+    doesn't doing don't down during each few for from further had hadn't has hasn't have haven't
+    having he he'd he'll he's her here here's hers herself him himself his how how's i i'd i'll i'm
+    i've if in into is isn't it it's its itself just let's me more most mustn't my myself no nor
+    not now of off on once only or other ought our ours ourselves out over own same shan't she
+    she'd she'll she's should shouldn't so some such than that that's the their theirs them
+    themselves then there there's these they they'd they'll they're they've this those through to
+    too under until up very was wasn't we we'd we'll we're we've were weren't what what's when
+    when's where where's which while who who's whom why why's with won't would wouldn't you you'd
+    you'll you're you've your yours yourself yourselves yes yeah ok okay oh hey hi hello thanks
+    thank really lot get got go going gonna wanna will like know think well much many one also
+    s t re ve ll d m""".split()
+)
+
+
+def terms(text: str) -> list[str]:
+    """Content terms of ``text`` in order (lower-case words, stop words dropped)."""
+    out = []
+    for w in _WORD.findall(text.lower()):
+        w = w.replace("’", "'")
+        if w.endswith("'s"):
+            w = w[:-2]
+        if len(w) < 2 and not w.isdigit():
+            continue
+        if w in STOPWORDS:
+            continue
+        out.append(w)
+    return out
+
+
+def term_counts(text: str) -> Counter[str]:
+    return Counter(terms(text))
+
+
+def idf(df: int, n_docs: int) -> float:
+    """Smoothed inverse document frequency (BM25's, floored at a small positive value)."""
+    return max(0.05, math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)))
+
+
+def top_terms(
+    counts: Mapping[str, int], df: Mapping[str, int], n_docs: int, k: int
+) -> list[str]:
+    """The ``k`` terms of ``counts`` with the highest tf·idf (ties broken alphabetically)."""
+    scored = sorted(
+        counts.items(),
+        key=lambda kv: (-(1.0 + math.log(kv[1])) * idf(df.get(kv[0], 1), n_docs), kv[0]),
+    )
+    return [t for t, _ in scored[:k]]
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENT.split(text) if s.strip()]
+
+
+def shorten(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut + "…"
+
+
+def prune_counts(counts: Mapping[str, int], keep: int) -> dict[str, int]:
+    """Keep the ``keep`` most frequent terms (bounded per-node term statistics)."""
+    if len(counts) <= keep:
+        return dict(counts)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:keep])
+
+
+def merge_counts(a: Mapping[str, int], b: Iterable[tuple[str, int]]) -> dict[str, int]:
+    out = dict(a)
+    for t, c in b:
+        out[t] = out.get(t, 0) + c
+    return out
