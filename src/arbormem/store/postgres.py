@@ -1,0 +1,781 @@
+"""The scale-out store: PostgreSQL with pgvector, for many processes and machines at once.
+
+    store = PostgresStore("postgresql://user:pw@host/db")        # or Memory(database_url=...)
+
+Needs ``pip install 'arbormem[postgres]'`` (psycopg 3 with its pool, and pgvector) and a server
+with the ``vector`` extension available (the first open runs ``CREATE EXTENSION vector``).
+
+Design, and why:
+
+* **Connections** come from a ``psycopg_pool.ConnectionPool`` (``min_size``/``max_size``).
+  Outside ``transaction`` every call takes a pooled connection and commits on its own.
+* **Writers of one user serialise across processes**: ``transaction(user_id)`` opens a
+  transaction and takes ``pg_advisory_xact_lock(<arbormem namespace>, hashtext(user_id))``;
+  the lock goes away with the commit/rollback, even if the process dies. Writers of
+  different users proceed in parallel. The transaction's connection is kept in a context
+  variable, so every store call in the block (and a nested ``transaction``) runs on it.
+* **Sequence numbers** come from a per-user counter row (``arbormem_users.last_seq``) bumped
+  by one ``UPDATE ... RETURNING``: the row lock alone makes allocation safe, the advisory lock
+  makes "allocate, then insert" atomic with the rest of the write. Inserting an exchange
+  raises the counter to at least its ``seq``, so imported or migrated memories continue
+  where they left off.
+* **Per-user partitioning**: every query on user data filters on ``user_id``; the lookups
+  by id alone (``get_exchange``, ``get_topic``, ``delete_*``) use globally unique ids.
+* **Vectors** live in one dimension-less ``vector`` column; the dimension is only known at
+  the first ``put_vectors``. Then a partial HNSW expression index is created for it,
+  ``((embedding::vector(D)) vector_cosine_ops) WHERE dim = D``, and ``D`` is recorded in the
+  meta key ``pg_vector_dims``. A second embedder with another dimension gets its own index,
+  so re-embedding into a new model needs no table rewrite. Search runs with
+  ``hnsw.iterative_scan = relaxed_order`` so the per-user filter cannot starve the result;
+  for small partitions PostgreSQL's planner prefers the ``(user_id, kind, dim)`` btree and an
+  exact sort, for big ones the approximate HNSW scan (results are re-sorted exactly).
+* **Lexical search**: a ``tsvector`` + GIN index, with tokens made by arbormem (Unicode words,
+  lower-cased, diacritics stripped — FTS5 ``unicode61``'s rules) rather than a server text
+  search configuration, so results do not depend on the server locale or language. Ranking
+  is BM25 (k1=1.2, b=0.75) from stored term positions and per-(user, kind) document stats,
+  as SQLite's FTS5 ranks.
+* **Timestamps** are ``timestamptz``: aware datetimes round-trip as the same instant (returned
+  in UTC); naive datetimes are taken to be UTC.
+
+Async: ``AsyncMemory`` runs store calls in a worker thread (``asyncio.to_thread``); that is
+safe here because each thread gets its own pooled connection and the transaction context
+variable follows the call into the thread. The pool bounds concurrent database work.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import unicodedata
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from ..errors import MigrationError, StoreError, ValidationError
+from ..models import Exchange, Status
+from .base import ChangeRecord, IndexKind, Store, TopicRecord
+from .pg_migrations import PG_MIGRATIONS
+
+if TYPE_CHECKING:
+    import psycopg
+
+# First key of every advisory lock arbormem takes (two-int form), so its locks cannot collide
+# with other applications' advisory locks in a shared database. "ARBM" as an int32.
+_LOCK_NS = 0x4152424D
+_MIGRATION_LOCK = 0  # second key of the global migration / DDL lock
+_DDL_LOCK = 1
+_KINDS = ("exchange", "topic")
+_BM25_K1 = 1.2
+_BM25_B = 0.75
+# Text search gathers every posting of the query terms when there are fewer than this many;
+# past it (very common terms in a huge partition) it ranks a candidate set first.
+_POSTINGS_CAP = 20000
+_CANDIDATES = 2000
+_MAX_POSITIONS = 255  # tsvector keeps at most 256 positions per lexeme
+_MAX_LEXEME = 200
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def _import_psycopg() -> Any:
+    try:
+        import psycopg
+        import psycopg_pool  # noqa: F401
+        from pgvector.psycopg import register_vector  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise StoreError(
+            "PostgreSQL support needs extra packages: pip install 'arbormem[postgres]' "
+            f"({exc})"
+        ) from exc
+    return psycopg
+
+
+def tokens(text: str) -> list[str]:
+    """Index tokens: Unicode letter/digit runs, lower-cased, diacritics removed."""
+    folded = unicodedata.normalize("NFKD", text.lower())
+    folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
+    return [w for w in _WORD.findall(folded) if len(w) <= _MAX_LEXEME]
+
+
+def _tsvector_literal(toks: list[str]) -> str:
+    positions: dict[str, list[int]] = {}
+    for pos, tok in enumerate(toks, start=1):
+        plist = positions.setdefault(tok, [])
+        if len(plist) < _MAX_POSITIONS:
+            plist.append(min(pos, 16383))  # tsvector positions stop at 16383
+    # Tokens are letter/digit runs: no quote or backslash needs escaping.
+    return " ".join(f"'{lex}':{','.join(map(str, plist))}" for lex, plist in positions.items())
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def _check_kind(kind: str) -> str:
+    # ``kind`` is inlined into some SQL (partial-index predicates need literals), so check it.
+    if kind not in _KINDS:
+        raise ValidationError(f"unknown index kind {kind!r}; expected 'exchange' or 'topic'")
+    return kind
+
+
+@dataclass
+class _Tx:
+    conn: Any
+    users: set[str] = field(default_factory=set)
+
+
+class PostgresStore(Store):
+    """Store on a PostgreSQL database with the pgvector extension (see the module docstring)."""
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0) -> None:
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ValidationError("PostgresStore needs a postgresql:// URL")
+        if min_size < 0 or max_size < 1 or min_size > max_size:
+            raise ValidationError("PostgresStore needs 0 <= min_size <= max_size and max_size >= 1")
+        self._psycopg = _import_psycopg()
+        self.url = url
+        self.timeout = timeout
+        self._tx: ContextVar[_Tx | None] = ContextVar(f"arbormem_pg_tx_{id(self)}", default=None)
+        self._vector_dims: set[int] = set()
+        self._closed = False
+        self._migrate()
+        from psycopg_pool import ConnectionPool
+
+        self._pool = ConnectionPool(
+            url, min_size=min_size, max_size=max_size, timeout=timeout,
+            configure=self._configure, open=False, name="arbormem",
+        )
+        try:
+            self._pool.open(wait=True, timeout=timeout)
+        except Exception as exc:
+            self._pool.close()
+            raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({_redact(self.url)!r})"
+
+    # -- connections ---------------------------------------------------------------------------
+    @staticmethod
+    def _configure(conn: psycopg.Connection[Any]) -> None:
+        from pgvector.psycopg import register_vector
+
+        register_vector(conn)
+        # UTC so timestamptz values come back in one zone whatever the server's default;
+        # iterative HNSW scans so a per-user filter cannot leave a search short of k rows.
+        conn.execute("SET TIME ZONE 'UTC'")
+        conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        conn.commit()
+
+    def _migrate(self) -> None:
+        psycopg = self._psycopg
+        try:
+            conn = psycopg.connect(self.url, connect_timeout=max(1, int(self.timeout)))
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to PostgreSQL at {_redact(self.url)}: {exc}") from exc
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_NS, _MIGRATION_LOCK))
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS arbormem_schema_migrations (version INTEGER "
+                    "PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                )
+                done = {r[0] for r in conn.execute("SELECT version FROM arbormem_schema_migrations")}
+                known = {v for v, _, _ in PG_MIGRATIONS}
+                if done - known:
+                    raise MigrationError(
+                        f"database has arbormem schema versions {sorted(done - known)} unknown "
+                        "to this arbormem; upgrade arbormem"
+                    )
+                for version, name, sql in PG_MIGRATIONS:
+                    if version in done:
+                        continue
+                    conn.execute(sql)
+                    conn.execute(
+                        "INSERT INTO arbormem_schema_migrations (version, name) VALUES (%s, %s)",
+                        (version, name),
+                    )
+        except psycopg.Error as exc:
+            hint = ""
+            if "vector" in str(exc):
+                hint = " (the pgvector extension must be installed on the server; a superuser can run CREATE EXTENSION vector)"
+            raise MigrationError(f"PostgreSQL schema migration failed: {exc}{hint}") from exc
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _conn(self) -> Iterator[Any]:
+        """The current transaction's connection, or a pooled one committed at the end."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        psycopg = self._psycopg
+        tx = self._tx.get()
+        try:
+            if tx is not None:
+                yield tx.conn
+            else:
+                with self._pool.connection() as conn:
+                    yield conn
+        except psycopg.Error as exc:  # includes the pool's PoolTimeout / PoolClosed
+            raise StoreError(f"PostgreSQL error: {exc}") from exc
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self, user_id: str) -> Iterator[None]:
+        tx = self._tx.get()
+        if tx is not None:  # nested: join the outer transaction (and lock this user too)
+            if user_id not in tx.users:
+                self._lock_user(tx.conn, user_id)
+                tx.users.add(user_id)
+            yield
+            return
+        with self._conn() as conn:
+            self._lock_user(conn, user_id)
+            token = self._tx.set(_Tx(conn, {user_id}))
+            try:
+                yield
+            finally:
+                self._tx.reset(token)
+        # leaving the pool's block committed (or, on an exception, rolled back)
+
+    def _lock_user(self, conn: Any, user_id: str) -> None:
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_NS, user_id))
+        except self._psycopg.Error as exc:
+            raise StoreError(f"cannot lock user {user_id!r}: {exc}") from exc
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.close()
+
+    def get_meta(self, key: str) -> str | None:
+        with self._conn() as conn:
+            row = conn.execute("SELECT value FROM arbormem_meta WHERE key = %s", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO arbormem_meta (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    # -- exchanges -----------------------------------------------------------------------------
+    _EX_COLS = (
+        "id, user_id, session_id, seq, status, messages, user_text, assistant_text, user_at, "
+        "assistant_at, metadata, topic_id, failure, archived"
+    )
+
+    @staticmethod
+    def _ex(row: Sequence[Any]) -> Exchange:
+        return Exchange(
+            id=row[0], user_id=row[1], session_id=row[2], seq=int(row[3]), status=row[4],
+            messages=tuple(row[5]), user_text=row[6], assistant_text=row[7], user_at=row[8],
+            assistant_at=row[9], metadata=row[10], topic_id=row[11], failure=row[12],
+            archived=bool(row[13]),
+        )
+
+    @staticmethod
+    def _json(value: Any) -> Any:
+        from psycopg.types.json import Json
+
+        return Json(value, dumps=_dumps)
+
+    def next_seq(self, user_id: str) -> int:
+        with self._conn() as conn:
+            row = conn.execute(
+                "INSERT INTO arbormem_users (user_id, last_seq) VALUES (%s, 1) "
+                "ON CONFLICT (user_id) DO UPDATE SET last_seq = arbormem_users.last_seq + 1 "
+                "RETURNING last_seq",
+                (user_id,),
+            ).fetchone()
+        return int(row[0])
+
+    def insert_exchange(self, ex: Exchange) -> None:
+        with self._conn() as conn:
+            conn.execute(
+                f"INSERT INTO arbormem_exchanges ({self._EX_COLS}) "
+                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                (
+                    ex.id, ex.user_id, ex.session_id, ex.seq, ex.status,
+                    self._json(list(ex.messages)), ex.user_text, ex.assistant_text,
+                    _utc(ex.user_at), _utc(ex.assistant_at), self._json(dict(ex.metadata)),
+                    ex.topic_id, ex.failure, ex.archived,
+                ),
+            )
+            conn.execute(
+                "INSERT INTO arbormem_users (user_id, last_seq) VALUES (%s, %s) "
+                "ON CONFLICT (user_id) DO UPDATE SET last_seq = "
+                "GREATEST(arbormem_users.last_seq, excluded.last_seq)",
+                (ex.user_id, ex.seq),
+            )
+
+    def update_exchange(self, ex: Exchange) -> None:
+        with self._conn() as conn:
+            conn.execute(
+                "UPDATE arbormem_exchanges SET status=%s, messages=%s, user_text=%s, "
+                "assistant_text=%s, user_at=%s, assistant_at=%s, metadata=%s, topic_id=%s, "
+                "failure=%s, archived=%s, session_id=%s WHERE id=%s AND user_id=%s",
+                (
+                    ex.status, self._json(list(ex.messages)), ex.user_text, ex.assistant_text,
+                    _utc(ex.user_at), _utc(ex.assistant_at), self._json(dict(ex.metadata)),
+                    ex.topic_id, ex.failure, ex.archived, ex.session_id, ex.id, ex.user_id,
+                ),
+            )
+
+    def get_exchange(self, exchange_id: str) -> Exchange | None:
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT {self._EX_COLS} FROM arbormem_exchanges WHERE id = %s", (exchange_id,)
+            ).fetchone()
+        return self._ex(row) if row else None
+
+    def get_exchanges(self, user_id: str, ids: Sequence[str]) -> list[Exchange]:
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return []
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT {self._EX_COLS} FROM arbormem_exchanges "
+                "WHERE user_id = %s AND id = ANY(%s) ORDER BY seq",
+                (user_id, ids),
+            ).fetchall()
+        return [self._ex(r) for r in rows]
+
+    def list_exchanges(
+        self, user_id: str, *, status: Status | None = None, topic_id: str | None = None,
+        after_seq: int | None = None, limit: int | None = None, newest_first: bool = False,
+    ) -> list[Exchange]:
+        where, params = ["user_id = %s"], [user_id]
+        if status is not None:
+            where.append("status = %s")
+            params.append(status)
+        if topic_id is not None:
+            where.append("topic_id = %s")
+            params.append(topic_id)
+        if after_seq is not None:
+            where.append("seq > %s")
+            params.append(after_seq)  # type: ignore[arg-type]
+        sql = (
+            f"SELECT {self._EX_COLS} FROM arbormem_exchanges WHERE {' AND '.join(where)} "
+            f"ORDER BY seq {'DESC' if newest_first else 'ASC'}"
+        )
+        if limit is not None:
+            sql += f" LIMIT {max(0, int(limit))}"
+        with self._conn() as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [self._ex(r) for r in rows]
+
+    def iter_exchanges(self, user_id: str, batch: int = 1000) -> Iterator[Exchange]:
+        after = -(2**62)
+        while True:
+            rows = self.list_exchanges(user_id, after_seq=after, limit=batch)
+            if not rows:
+                return
+            yield from rows
+            after = rows[-1].seq
+
+    def delete_exchange(self, exchange_id: str) -> None:
+        with self._conn() as conn:
+            self._delete_index(conn, "exchange", exchange_id)
+            conn.execute("DELETE FROM arbormem_exchanges WHERE id = %s", (exchange_id,))
+
+    def count_exchanges(self, user_id: str | None) -> dict[str, int]:
+        with self._conn() as conn:
+            if user_id is None:
+                rows = conn.execute(
+                    "SELECT status, count(*) FROM arbormem_exchanges GROUP BY status"
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    "SELECT status, count(*) FROM arbormem_exchanges WHERE user_id = %s "
+                    "GROUP BY status",
+                    (user_id,),
+                ).fetchall()
+        counts = {"pending": 0, "completed": 0, "failed": 0}
+        counts.update({r[0]: int(r[1]) for r in rows})
+        return counts
+
+    # -- topics --------------------------------------------------------------------------------
+    _T_COLS = (
+        "id, user_id, kind, parent_id, title, keywords, summary, start_seq, end_seq, size, "
+        "first_at, last_at, frozen, vec_sum, terms, created_seq, meta"
+    )
+
+    @staticmethod
+    def _topic(row: Sequence[Any]) -> TopicRecord:
+        return TopicRecord(
+            id=row[0], user_id=row[1], kind=row[2], parent_id=row[3], title=row[4],
+            keywords=list(row[5]), summary=row[6], start_seq=row[7], end_seq=row[8],
+            size=int(row[9]), first_at=row[10], last_at=row[11], frozen=bool(row[12]),
+            vec_sum=np.frombuffer(bytes(row[13]), dtype=np.float32).copy() if row[13] else None,
+            terms=dict(row[14]), created_seq=int(row[15]), meta=dict(row[16]),
+        )
+
+    def put_topic(self, rec: TopicRecord) -> None:
+        vec = rec.vec_sum.astype(np.float32).tobytes() if rec.vec_sum is not None else None
+        with self._conn() as conn:
+            conn.execute(
+                f"INSERT INTO arbormem_topics ({self._T_COLS}) VALUES "
+                "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+                "ON CONFLICT (id) DO UPDATE SET kind=excluded.kind, parent_id=excluded.parent_id, "
+                "title=excluded.title, keywords=excluded.keywords, summary=excluded.summary, "
+                "start_seq=excluded.start_seq, end_seq=excluded.end_seq, size=excluded.size, "
+                "first_at=excluded.first_at, last_at=excluded.last_at, frozen=excluded.frozen, "
+                "vec_sum=excluded.vec_sum, terms=excluded.terms, meta=excluded.meta "
+                # never let one user's write replace another user's node
+                "WHERE arbormem_topics.user_id = excluded.user_id",
+                (
+                    rec.id, rec.user_id, rec.kind, rec.parent_id, rec.title,
+                    self._json(list(rec.keywords)), rec.summary, rec.start_seq, rec.end_seq,
+                    rec.size, _utc(rec.first_at), _utc(rec.last_at), rec.frozen, vec,
+                    self._json(dict(rec.terms)), rec.created_seq, self._json(dict(rec.meta)),
+                ),
+            )
+
+    def get_topic(self, topic_id: str) -> TopicRecord | None:
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT {self._T_COLS} FROM arbormem_topics WHERE id = %s", (topic_id,)
+            ).fetchone()
+        return self._topic(row) if row else None
+
+    def list_topics(
+        self, user_id: str, parent_id: str | None | Literal["*"] = "*"
+    ) -> list[TopicRecord]:
+        base = f"SELECT {self._T_COLS} FROM arbormem_topics WHERE user_id = %s"
+        with self._conn() as conn:
+            if parent_id == "*":
+                rows = conn.execute(base + " ORDER BY rid", (user_id,)).fetchall()
+            elif parent_id is None:
+                rows = conn.execute(base + " AND parent_id IS NULL ORDER BY rid", (user_id,)).fetchall()
+            else:
+                rows = conn.execute(
+                    base + " AND parent_id = %s ORDER BY rid", (user_id, parent_id)
+                ).fetchall()
+        return [self._topic(r) for r in rows]
+
+    def delete_topic(self, topic_id: str) -> None:
+        with self._conn() as conn:
+            self._delete_index(conn, "topic", topic_id)
+            conn.execute("DELETE FROM arbormem_topics WHERE id = %s", (topic_id,))
+
+    # -- vectors -------------------------------------------------------------------------------
+    def _ensure_vector_index(self, conn: Any, dim: int) -> None:
+        """Create the HNSW index for vectors of ``dim`` dimensions, once per database."""
+        if dim in self._vector_dims:
+            return
+        name = f"arbormem_vectors_hnsw_{dim}"
+        # A catalog lookup first: CREATE INDEX IF NOT EXISTS would still queue for a SHARE
+        # lock on the table behind every open writer.
+        exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]
+        if not exists:
+            # The global DDL lock makes concurrent first writers create it once; it is held
+            # to the end of this transaction, so the others then see the committed index.
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_NS, _DDL_LOCK))
+            exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]
+            if not exists:
+                conn.execute(
+                    f"CREATE INDEX {name} ON arbormem_vectors USING hnsw "
+                    f"((embedding::vector({dim})) vector_cosine_ops) WHERE dim = {dim}"
+                )
+                row = conn.execute(
+                    "SELECT value FROM arbormem_meta WHERE key = 'pg_vector_dims'"
+                ).fetchone()
+                dims = sorted({*(int(d) for d in (row[0].split(",") if row else []) if d), dim})
+                conn.execute(
+                    "INSERT INTO arbormem_meta (key, value) VALUES ('pg_vector_dims', %s) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (",".join(map(str, dims)),),
+                )
+        self._vector_dims.add(dim)
+
+    def put_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str], vectors: np.ndarray) -> None:
+        _check_kind(kind)
+        ids = list(ids)
+        mat = np.asarray(vectors, dtype=np.float32)
+        if mat.ndim != 2 or mat.shape[0] != len(ids):
+            raise ValidationError(
+                f"put_vectors needs one row per id: {len(ids)} ids, array of shape {mat.shape}"
+            )
+        if not ids:
+            return
+        if not np.isfinite(mat).all():
+            raise ValidationError("vectors contain NaN or infinity")
+        dim = int(mat.shape[1])
+        with self._conn() as conn:
+            self._ensure_vector_index(conn, dim)
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO arbormem_vectors (kind, item_id, user_id, dim, embedding) "
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (kind, item_id) DO UPDATE SET "
+                    "dim = excluded.dim, embedding = excluded.embedding "
+                    "WHERE arbormem_vectors.user_id = excluded.user_id",
+                    [(kind, i, user_id, dim, v) for i, v in zip(ids, mat, strict=True)],
+                )
+
+    def get_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        _check_kind(kind)
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT item_id, embedding FROM arbormem_vectors "
+                "WHERE user_id = %s AND kind = %s AND item_id = ANY(%s)",
+                (user_id, kind, ids),
+            ).fetchall()
+        return {r[0]: np.asarray(r[1].to_numpy(), dtype=np.float32) for r in rows}
+
+    def vector_search(self, user_id: str, kind: IndexKind, query: np.ndarray, k: int) -> list[tuple[str, float]]:
+        _check_kind(kind)
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        if k <= 0 or q.size == 0:
+            return []
+        dim = int(q.shape[0])
+        # dim and kind are inlined: the partial index predicate (dim = D) must be provable
+        # from literals, which a generic plan over parameters would not give.
+        sql = (
+            f"SELECT item_id, (embedding::vector({dim})) <=> %s::vector({dim}) AS d "
+            f"FROM arbormem_vectors WHERE user_id = %s AND kind = '{kind}' AND dim = {dim} "
+            f"ORDER BY (embedding::vector({dim})) <=> %s::vector({dim}) LIMIT {int(k)}"
+        )
+        with self._conn() as conn:
+            # SET LOCAL: the connection is always inside a transaction here (never autocommit)
+            conn.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(64, 2 * int(k)))}")
+            rows = conn.execute(sql, (q, user_id, q)).fetchall()
+        out = [(r[0], 1.0 - float(r[1])) for r in rows]
+        # relaxed_order iterative scans may return rows slightly out of order
+        out.sort(key=lambda t: -t[1])
+        return out
+
+    # -- full text -----------------------------------------------------------------------------
+    def put_text(self, user_id: str, kind: IndexKind, item_id: str, text: str) -> None:
+        _check_kind(kind)
+        toks = tokens(text)
+        table = "arbormem_exchanges" if kind == "exchange" else "arbormem_topics"
+        with self._conn() as conn:
+            owner = conn.execute(f"SELECT user_id FROM {table} WHERE id = %s", (item_id,)).fetchone()
+            if owner is None or owner[0] != user_id:
+                raise StoreError(f"no {kind} {item_id!r} of this user to index")
+            self._remove_text(conn, kind, item_id)
+            conn.execute(
+                "INSERT INTO arbormem_text (kind, item_id, user_id, body, tsv, doclen) "
+                "VALUES (%s, %s, %s, %s, %s::tsvector, %s)",
+                (kind, item_id, user_id, text, _tsvector_literal(toks), len(toks)),
+            )
+            conn.execute(
+                "INSERT INTO arbormem_text_stats (user_id, kind, n_docs, total_len) "
+                "VALUES (%s, %s, 1, %s) ON CONFLICT (user_id, kind) DO UPDATE SET "
+                "n_docs = arbormem_text_stats.n_docs + 1, "
+                "total_len = arbormem_text_stats.total_len + excluded.total_len",
+                (user_id, kind, len(toks)),
+            )
+
+    def _remove_text(self, conn: Any, kind: str, item_id: str) -> None:
+        row = conn.execute(
+            "DELETE FROM arbormem_text WHERE kind = %s AND item_id = %s RETURNING user_id, doclen",
+            (kind, item_id),
+        ).fetchone()
+        if row is not None:
+            conn.execute(
+                "UPDATE arbormem_text_stats SET n_docs = n_docs - 1, total_len = total_len - %s "
+                "WHERE user_id = %s AND kind = %s",
+                (row[1], row[0], kind),
+            )
+
+    def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int) -> list[tuple[str, float]]:
+        _check_kind(kind)
+        lexemes = list(dict.fromkeys(t for term in terms for t in tokens(term)))
+        if not lexemes or k <= 0:
+            return []
+        tsquery = " | ".join(f"'{lex}'" for lex in lexemes)
+        with self._conn() as conn:
+            stats = conn.execute(
+                "SELECT n_docs, total_len FROM arbormem_text_stats WHERE user_id = %s AND kind = %s",
+                (user_id, kind),
+            ).fetchone()
+            if stats is None or stats[0] <= 0:
+                return []
+            n_docs, avgdl = int(stats[0]), max(1.0, stats[1] / stats[0])
+            postings = conn.execute(
+                "SELECT t.item_id, t.doclen, u.lexeme, cardinality(u.positions) "
+                "FROM arbormem_text t CROSS JOIN LATERAL unnest(t.tsv) u "
+                "WHERE t.user_id = %s AND t.kind = %s AND t.tsv @@ %s::tsquery "
+                "AND u.lexeme = ANY(%s) LIMIT %s",
+                (user_id, kind, tsquery, lexemes, _POSTINGS_CAP + 1),
+            ).fetchall()
+            if len(postings) <= _POSTINGS_CAP:
+                df = Counter(p[2] for p in postings)
+            else:
+                # Very common terms in a big partition: BM25 over the best candidates by
+                # PostgreSQL's own cover-density rank, with exact document frequencies.
+                df = Counter()
+                for lex in lexemes:
+                    df[lex] = conn.execute(
+                        "SELECT count(*) FROM arbormem_text WHERE user_id = %s AND kind = %s "
+                        "AND tsv @@ %s::tsquery",
+                        (user_id, kind, f"'{lex}'"),
+                    ).fetchone()[0]
+                postings = conn.execute(
+                    "WITH c AS (SELECT item_id, doclen, tsv FROM arbormem_text "
+                    "WHERE user_id = %s AND kind = %s AND tsv @@ %s::tsquery "
+                    "ORDER BY ts_rank_cd(tsv, %s::tsquery, 1) DESC LIMIT %s) "
+                    "SELECT c.item_id, c.doclen, u.lexeme, cardinality(u.positions) "
+                    "FROM c CROSS JOIN LATERAL unnest(c.tsv) u WHERE u.lexeme = ANY(%s)",
+                    (user_id, kind, tsquery, tsquery, _CANDIDATES, lexemes),
+                ).fetchall()
+        scores: dict[str, float] = {}
+        for item_id, doclen, lex, tf in postings:
+            n = df[lex]
+            idf = max(1e-6, math.log((n_docs - n + 0.5) / (n + 0.5) + 1.0))
+            norm = tf + _BM25_K1 * (1.0 - _BM25_B + _BM25_B * doclen / avgdl)
+            scores[item_id] = scores.get(item_id, 0.0) + idf * tf * (_BM25_K1 + 1.0) / norm
+        ranked = sorted(scores.items(), key=lambda t: (-t[1], t[0]))
+        return ranked[: int(k)]
+
+    def delete_index(self, kind: IndexKind, item_id: str) -> None:
+        _check_kind(kind)
+        with self._conn() as conn:
+            self._delete_index(conn, kind, item_id)
+
+    def _delete_index(self, conn: Any, kind: str, item_id: str) -> None:
+        self._remove_text(conn, kind, item_id)
+        conn.execute("DELETE FROM arbormem_vectors WHERE kind = %s AND item_id = %s", (kind, item_id))
+
+    # -- bulk export (used by ``migrate.copy_store``) ----------------------------------------------
+    def iter_text(self, user_id: str, kind: IndexKind) -> Iterator[tuple[str, str]]:
+        """Every (item_id, indexed text) of the user's text index of ``kind``, by item id."""
+        _check_kind(kind)
+        after = ""
+        while True:
+            with self._conn() as conn:
+                rows = conn.execute(
+                    "SELECT item_id, body FROM arbormem_text WHERE user_id = %s AND kind = %s "
+                    "AND item_id > %s ORDER BY item_id LIMIT 1000",
+                    (user_id, kind, after),
+                ).fetchall()
+            if not rows:
+                return
+            yield from ((r[0], r[1]) for r in rows)
+            after = rows[-1][0]
+
+    def iter_vector_ids(self, user_id: str, kind: IndexKind) -> list[str]:
+        """Ids of every vector of the user of ``kind`` (sorted)."""
+        _check_kind(kind)
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT item_id FROM arbormem_vectors WHERE user_id = %s AND kind = %s ORDER BY item_id",
+                (user_id, kind),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def iter_term_df(self, user_id: str) -> list[tuple[str, int]]:
+        """Every (term, document frequency) of the user, sorted by term."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT term, df FROM arbormem_term_df WHERE user_id = %s ORDER BY term", (user_id,)
+            ).fetchall()
+        return [(r[0], int(r[1])) for r in rows]
+
+    def put_change(self, rec: ChangeRecord) -> None:
+        """Insert a change record as is (id and time kept): the import side of the audit log."""
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO arbormem_changes (id, user_id, at, action, target_id, detail) "
+                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                (rec.id, rec.user_id, _utc(rec.at), rec.action, rec.target_id, self._json(rec.detail)),
+            )
+
+    # -- term statistics -------------------------------------------------------------------------
+    def add_term_df(self, user_id: str, terms: Sequence[str], delta: int = 1) -> None:
+        distinct = sorted(set(terms))  # sorted: concurrent upserts lock rows in one order
+        if not distinct:
+            return
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO arbormem_term_df (user_id, term, df) "
+                "SELECT %s, t, GREATEST(0, %s) FROM unnest(%s::text[]) AS t "
+                "ON CONFLICT (user_id, term) DO UPDATE SET "
+                "df = GREATEST(0, arbormem_term_df.df + %s)",
+                (user_id, int(delta), distinct, int(delta)),
+            )
+
+    def get_term_df(self, user_id: str, terms: Sequence[str]) -> dict[str, int]:
+        distinct = list(set(terms))
+        if not distinct:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT term, df FROM arbormem_term_df WHERE user_id = %s AND term = ANY(%s)",
+                (user_id, distinct),
+            ).fetchall()
+        return {r[0]: int(r[1]) for r in rows}
+
+    # -- users and audit -------------------------------------------------------------------------
+    def list_users(self) -> list[str]:
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT u.user_id FROM arbormem_users u WHERE EXISTS "
+                "(SELECT 1 FROM arbormem_exchanges e WHERE e.user_id = u.user_id) ORDER BY 1"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def delete_user(self, user_id: str) -> int:
+        with self.transaction(user_id), self._conn() as conn:
+            n = conn.execute(
+                "DELETE FROM arbormem_exchanges WHERE user_id = %s", (user_id,)
+            ).rowcount
+            for table in (
+                "arbormem_topics", "arbormem_vectors", "arbormem_text", "arbormem_text_stats",
+                "arbormem_term_df", "arbormem_changes", "arbormem_users",
+            ):
+                conn.execute(f"DELETE FROM {table} WHERE user_id = %s", (user_id,))
+        return int(n)
+
+    def log_change(self, user_id: str, action: str, target_id: str, detail: dict[str, Any]) -> str:
+        change_id = "c_" + uuid.uuid4().hex
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO arbormem_changes (id, user_id, at, action, target_id, detail) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                (change_id, user_id, datetime.now(timezone.utc), action, target_id, self._json(detail)),
+            )
+        return change_id
+
+    def list_changes(self, user_id: str, target_id: str | None = None, limit: int = 100) -> list[ChangeRecord]:
+        sql = "SELECT id, user_id, at, action, target_id, detail FROM arbormem_changes WHERE user_id = %s"
+        params: list[Any] = [user_id]
+        if target_id is not None:
+            sql += " AND target_id = %s"
+            params.append(target_id)
+        sql += " ORDER BY rid DESC LIMIT %s"
+        params.append(int(limit))
+        with self._conn() as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [
+            ChangeRecord(id=r[0], user_id=r[1], at=r[2], action=r[3], target_id=r[4], detail=dict(r[5]))
+            for r in rows
+        ]
+
+
+def _dumps(value: Any) -> str:
+    # default=str as in SQLiteStore: audit details may carry datetimes or other plain objects.
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _redact(url: str) -> str:
+    """The URL without its password (for messages and reprs)."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)

