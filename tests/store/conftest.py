@@ -18,10 +18,9 @@ _TESTS = str(Path(__file__).resolve().parents[1])
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
-from support.postgres import pg_database, pg_url  # noqa: E402,F401  (fixtures)
-
 from arbormem.store.base import Store  # noqa: E402
 from arbormem.store.sqlite import SQLiteStore  # noqa: E402
+from support.postgres import pg_database, pg_url  # noqa: E402,F401  (fixtures)
 
 BACKENDS = ["sqlite", "postgres"]
 
