@@ -109,7 +109,7 @@ def locomo_chart(rep: LocomoReport, path: str | Path) -> Path:
     from .runner import ARBORMEM, SYSTEM_LABELS
 
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=120)
     for s in rep.systems:
         ys = [rep.score(s, b).evidence_recall for b in rep.budgets]
         ax.plot(rep.budgets, ys, marker="o", linewidth=2.5 if s == ARBORMEM else 1.4,
@@ -122,7 +122,7 @@ def locomo_chart(rep: LocomoReport, path: str | Path) -> Path:
     ax.set_ylabel("evidence recall")
     ax.set_title(f"LoCoMo evidence recall ({rep.questions} questions, {rep.embedder})", fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out)

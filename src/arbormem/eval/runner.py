@@ -251,7 +251,7 @@ def run_locomo(
             (i, q) for i, q in enumerate(conv.questions) if q.category in SCORED_CATEGORIES
         ]
         qvecs = embedder.embed([q.question for _, q in questions])
-        for (qi, q), qvec in zip(questions, qvecs):
+        for (qi, q), qvec in zip(questions, qvecs, strict=True):
             ev_texts = [conv.turn_index[e].text for e in q.evidence]
             rankings = flat.rankings(q.question, qvec)
             for budget in budgets:

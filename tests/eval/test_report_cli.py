@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from arbormem.eval.cli import bench_command, locomo_command
+
+
+def test_eval_locomo_cli_prints_tables_and_writes_outputs(tmp_path: Path, mini_path: Path) -> None:
+    out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
+    res = CliRunner().invoke(locomo_command, [
+        str(mini_path), "--embedder", "hash", "--budgets", "64", "128", "256", "--no-progress",
+        "--json", str(out_json), "--markdown", str(out_md),
+    ])
+    assert res.exit_code == 0, res.output
+    for label in ("arbormem", "recency (sliding window)", "BM25 only", "dense only",
+                  "flat hybrid (BM25+dense, RRF)", "arbormem lead over best baseline",
+                  "Evidence recall per category", "Full context", "LoCoMo (Maharana et al."):
+        assert label in res.output
+    data = json.loads(out_json.read_text())
+    assert data["budgets"] == [64, 128, 256]
+    assert data["questions"] == 4
+    assert len(data["results"]) == 4 * 3 * 5
+    assert out_md.read_text().startswith("Command: `arbormem ")
+
+
+def test_eval_locomo_chart(tmp_path: Path, mini_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    chart = tmp_path / "recall.png"
+    res = CliRunner().invoke(locomo_command, [
+        str(mini_path), "--embedder", "hash", "--budgets", "128,256", "--no-progress",
+        "--chart", str(chart),
+    ])
+    assert res.exit_code == 0, res.output
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_eval_locomo_cli_errors_are_one_line(tmp_path: Path, mini_path: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(locomo_command, [str(tmp_path / "missing.json"), "--embedder", "hash"])
+    assert res.exit_code != 0 and "no such file" in res.output
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    res = runner.invoke(locomo_command, [str(bad), "--embedder", "hash", "--no-progress"])
+    assert res.exit_code == 1 and "Error:" in res.output and "Traceback" not in res.output
+    res = runner.invoke(locomo_command, [str(mini_path), "--budgets", "lots"])
+    assert res.exit_code == 2 and "positive whole number" in res.output
+
+
+def test_bench_cli_reports_ratios(tmp_path: Path, mini_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out_json, chart = tmp_path / "b.json", tmp_path / "b.png"
+    res = CliRunner().invoke(bench_command, [
+        "--size", "30", "--size", "60", "--workload", "synthetic", "--workload", "locomo",
+        "--locomo", str(mini_path), "--embedder", "hash", "--queries", "10", "--one-by-one", "5",
+        "--no-isolate", "--no-progress", "--json", str(out_json), "--chart", str(chart),
+    ])
+    assert res.exit_code == 0, res.output
+    assert "bulk / raw" in res.output and "recall p50 / 1-query embed" in res.output
+    data = json.loads(out_json.read_text())
+    assert [(r["workload"], r["size"]) for r in data["results"]] == [
+        ("synthetic", 30), ("synthetic", 60), ("locomo", 30), ("locomo", 60)]
+    for r in data["results"]:
+        assert r["bulk_ratio"] > 0 and r["one_by_one_ratio"] > 0
+        assert r["recall_ratio"]["p50"] > 0
+        assert r["recall_ms"]["p50"] <= r["recall_ms"]["p95"] <= r["recall_ms"]["p99"]
+        assert r["bytes_per_exchange"] > 100
+        assert r["peak_rss_mb"] >= r["base_rss_mb"] > 0
+    assert chart.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_locomo_workload_needs_files() -> None:
+    res = CliRunner().invoke(bench_command, ["--workload", "locomo", "--embedder", "hash"])
+    assert res.exit_code == 2 and "--locomo" in res.output
