@@ -29,10 +29,9 @@ class TreeSettings(BaseModel):
     # Continue the open topic when the exchange is at least this similar to its centroid
     # (cosine, MiniLM). Calibrated so adjacent same-subject exchanges mostly continue.
     continue_threshold: float = 0.30
-    # Descend into a theme when the exchange is at least this similar to the theme centroid;
-    # raised by ``descend_step`` per level (MemTree's depth-tightening threshold).
-    descend_threshold: float = 0.32
-    descend_step: float = 0.04
+    # A new topic joins the closest bottom-level theme when at least this similar to its
+    # centroid; otherwise it starts a new sibling theme (a new branch).
+    branch_threshold: float = 0.30
     # A gap this long between exchanges (or a new session id) always starts a new topic.
     session_gap_hours: float = 3.0
     # A topic is cut once it grows past this many exchanges, so packets stay small.

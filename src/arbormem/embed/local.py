@@ -65,12 +65,20 @@ class LocalEmbedder(Embedder):
                             "pip install 'arbormem[local]'"
                         ) from exc
                     torch.set_num_threads(self.threads)
+                    try:  # silence the weight-loading progress bar on stderr
+                        from transformers.utils import logging as hf_logging
+
+                        hf_logging.set_verbosity_error()
+                        hf_logging.disable_progress_bar()
+                    except ImportError:
+                        pass
                     path = self._path or bundled_model_path()
                     try:
                         model = SentenceTransformer(str(path), device="cpu")
                     except Exception as exc:
                         raise EmbeddingError(f"cannot load model from {path}: {exc}") from exc
-                    dim = model.get_sentence_embedding_dimension()
+                    get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+                    dim = get_dim()
                     if dim is None:
                         raise EmbeddingError(f"model at {path} does not report its dimension")
                     self._dim = int(dim)

@@ -7,12 +7,13 @@ embedding similarity and time):
 1. *Continue* the open topic when the exchange is similar enough to its centroid, in the same
    session, without a long pause, and the topic is not full.
 2. Otherwise the open topic is *frozen* (the conversation moved away) and a new topic starts.
-   Its parent is found by descending from the root into the most similar theme while the
-   similarity clears a threshold that tightens with depth (MemTree); if no top-level theme
-   fits, a new theme is started.
-3. Fan-out stays bounded: a node with more than ``max_children`` children is split by grouping
-   its children (balanced spherical k-means on centroids) under new themes, so depth grows
-   like log(n) and never like the length of the conversation (TRACE's RecursionError).
+   Its parent is found by descending from the root into the most similar theme down to the
+   bottom level (a CF-tree insertion, as in BIRCH); if the closest bottom theme is not
+   similar enough, a new sibling theme starts a new branch next to it.
+3. Fan-out stays bounded: an overfull node is split like a B-tree node (its children grouped
+   by balanced spherical k-means on centroids, the overflow moving up), and only the root
+   grows a level. All topics sit at the same depth, about log(topics), never a chain as deep
+   as the conversation (TRACE's RecursionError).
 
 Centroids are kept as vector sums, term counts as bounded counters, so an update touches only
 the new leaf and its ancestors. ``TreeSession`` is a unit of work inside one store transaction:
@@ -142,19 +143,18 @@ class TreeSession:
         if cur is None or not self._continues(cur, ex, vec):
             if cur is not None:
                 self.freeze(cur)
-            parent = self._descend(vec)
-            if parent.kind == "root":
-                parent = self._create("theme", parent, ex.seq)
+            parent = self._descend(vec, ex.seq)
             cur = self._create("topic", parent, ex.seq)
             cur.meta["session"] = ex.session_id
             self.root.meta["current"] = cur.id
             self._dirty.add(self.root.id)
             decision = "new"
         self._add_to(cur, ex, vec, counts)
-        if decision == "new" and cur.parent_id:
-            parent_node = self.get(cur.parent_id)
-            if parent_node is not None:
-                self._bound_fanout(parent_node, ex.seq)
+        if decision == "new":
+            # A new leaf (and maybe a new theme) was added: bound the fan-out of every level
+            # that gained a child, bottom-up.
+            for node in self.ancestors(cur):
+                self._bound_fanout(node, ex.seq)
         return cur.id
 
     def _continues(self, cur: TopicRecord, ex: Exchange, vec: np.ndarray) -> bool:
@@ -170,19 +170,27 @@ class TreeSession:
                 return False
         return _cos(cur.centroid(), vec) >= self.s.continue_threshold
 
-    def _descend(self, vec: np.ndarray) -> TopicRecord:
+    def _descend(self, vec: np.ndarray, seq: int) -> TopicRecord:
+        """The bottom theme (a theme whose children are topics) for a new topic.
+
+        Like an insertion into a B-tree / BIRCH CF-tree, the descent always reaches the bottom
+        level, so every topic sits at the same depth and height grows only when the root
+        splits. At the bottom, a theme that is not similar enough gets a new sibling theme
+        instead (a new branch next to the closest one).
+        """
         node = self.root
-        depth = 0
         while True:
-            themes = [c for c in self.children(node) if c.kind == "theme"]
-            if not themes:
-                return node
-            sims = [(_cos(t.centroid(), vec), t) for t in themes]
-            best_sim, best = max(sims, key=lambda p: p[0])
-            if best_sim < self.s.descend_threshold + depth * self.s.descend_step:
-                return node
-            node = best
-            depth += 1
+            kids = [c for c in self.children(node) if c.kind == "theme"]
+            if not kids:
+                # Empty tree (or an empty inner node): start the first theme here.
+                return self._create("theme", node, seq)
+            best_sim, best = max(((_cos(t.centroid(), vec), t) for t in kids), key=lambda p: p[0])
+            if any(c.kind == "theme" for c in self.children(best)):
+                node = best
+                continue
+            if best_sim >= self.s.branch_threshold:
+                return best
+            return self._create("theme", node, seq)
 
     def _add_to(self, leaf: TopicRecord, ex: Exchange, vec: np.ndarray, counts: Mapping[str, int]) -> None:
         for i, node in enumerate([leaf, *self.ancestors(leaf)]):
@@ -240,34 +248,59 @@ class TreeSession:
 
     # -- fan-out -----------------------------------------------------------------------------------
     def _bound_fanout(self, node: TopicRecord, seq: int) -> None:
+        """Split an overfull node like a B-tree node.
+
+        An inner node's children are grouped (balanced spherical k-means on centroids) and all
+        groups but the first move to new sibling themes under the same parent, so the overflow
+        moves up; only the root grows a level (its groups become new themes below it). Every
+        leaf therefore stays at about log_{max_children/2}(topics) depth, however unevenly
+        the conversation visits its subjects.
+        """
         kids = self.children(node)
         if len(kids) <= self.s.max_children:
             return
         cap = max(2, self.s.max_children // 2)
         k = max(2, math.ceil(len(kids) / cap))
+        dim = next(c.vec_sum.shape[0] for c in kids if c.vec_sum is not None)
         vecs = np.stack([
-            c.centroid() if c.centroid() is not None else np.zeros_like(self.root.vec_sum)  # type: ignore[arg-type]
-            for c in kids
+            c.centroid() if c.centroid() is not None else np.zeros(dim, dtype=np.float32) for c in kids
         ])
-        groups = balanced_groups(vecs, k, cap)
-        for group in groups:
-            if len(group) < 2:
-                continue
-            theme = self._create("theme", node, seq)
+        groups = [g for g in balanced_groups(vecs, k, cap) if g]
+        if node.kind == "root":
+            targets = [self._create("theme", node, seq) for g in groups if len(g) > 1]
+            movers = [g for g in groups if len(g) > 1]
+        else:
+            parent = self.get(node.parent_id) if node.parent_id else None
+            if parent is None:
+                return
+            movers = groups[1:]
+            targets = [self._create("theme", parent, seq) for _ in movers]
+        for theme, group in zip(targets, movers):
             for j in group:
-                kid = kids[j]
-                self._reparent(kid, theme)
-                theme.vec_sum = kid.vec_sum.copy() if theme.vec_sum is None else theme.vec_sum + (kid.vec_sum if kid.vec_sum is not None else 0)
-                theme.size += kid.size
-                theme.terms = prune_counts(merge_counts(theme.terms, kid.terms.items()), THEME_TERMS)
-                for attr, pick in (("start_seq", min), ("end_seq", max), ("first_at", min), ("last_at", max)):
-                    a, b = getattr(theme, attr), getattr(kid, attr)
-                    setattr(theme, attr, b if a is None else (a if b is None else pick(a, b)))
-            theme.frozen = all(self._nodes[j].frozen for j in self._kids[theme.id])
+                self._reparent(kids[j], theme)
+            self._recompute(theme)
             self.store.log_change(self.user_id, "split", theme.id, {
-                "parent": node.id, "children": [kids[j].id for j in group], "reason": "fan-out",
+                "from": node.id, "children": [kids[j].id for j in group], "reason": "fan-out",
                 "max_children": self.s.max_children,
             })
+        if node.kind != "root":
+            self._recompute(node)
+
+    def _recompute(self, node: TopicRecord) -> None:
+        """Rebuild an inner node's aggregates from its children."""
+        kids = self.children(node)
+        sums = [c.vec_sum for c in kids if c.vec_sum is not None]
+        node.vec_sum = np.sum(sums, axis=0).astype(np.float32) if sums else None
+        node.size = sum(c.size for c in kids)
+        terms_acc: dict[str, int] = {}
+        for c in kids:
+            terms_acc = merge_counts(terms_acc, c.terms.items())
+        node.terms = prune_counts(terms_acc, THEME_TERMS)
+        for attr, pick in (("start_seq", min), ("end_seq", max), ("first_at", min), ("last_at", max)):
+            values = [getattr(c, attr) for c in kids if getattr(c, attr) is not None]
+            setattr(node, attr, pick(values) if values else None)
+        node.frozen = all(c.frozen for c in kids) if kids else node.frozen
+        self._dirty.add(node.id)
 
     # -- labels --------------------------------------------------------------------------------------
     def freeze(self, leaf: TopicRecord) -> None:

@@ -1,0 +1,268 @@
+"""The ``arbormem`` command line: a thin layer over the library.
+
+Every command takes ``--db`` (SQLite file; ``ARBORMEM_DB``) and most take ``--user``;
+``--json`` prints machine-readable output. Errors print one line to stderr and exit non-zero
+(2 for bad input, 1 otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from functools import wraps
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from .errors import ArbormemError, ImportFormatError, ValidationError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _errors(fn: F) -> F:
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ArbormemError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2 if isinstance(exc, ValidationError) else 1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+db_option = click.option("--db", default=None, envvar="ARBORMEM_DB", help="SQLite memory file (default: arbormem.db).")
+user_option = click.option("--user", "user_id", default="default", show_default=True, help="User id (a hard partition).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+embedder_option = click.option("--embedder", default=None, help="'local' (bundled MiniLM), 'hash', or a model folder.")
+
+
+def _memory(db: str | None, embedder: str | None = None, **kwargs: Any) -> Any:
+    from .memory import Memory
+
+    return Memory(db, embedder=embedder, **kwargs)
+
+
+def _print_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+
+
+def _print_tree(root: Any, *, max_depth: int = 99) -> None:
+    def walk(node: Any, prefix: str, last: bool, depth: int) -> None:
+        if node.kind != "root":
+            branch = "└─ " if last else "├─ "
+            span = f"#{node.start_seq}-{node.end_seq}" if node.start_seq is not None else ""
+            mark = "" if node.frozen else " (open)"
+            label = click.style(node.title, bold=node.kind == "theme")
+            click.echo(f"{prefix}{branch}{label}  [{node.size} ex {span}]{mark}")
+            prefix += "   " if last else "│  "
+        if depth >= max_depth:
+            return
+        for i, child in enumerate(node.children):
+            walk(child, prefix, i == len(node.children) - 1, depth + 1)
+
+    walk(root, "", True, 0)
+
+
+@click.group(help="arbormem: long-term memory for LLM apps, organised as a tree of topics.")
+@click.version_option(package_name="arbormem")
+def main() -> None:
+    pass
+
+
+@main.command(help="Ingest a sample multi-topic conversation, show the tree and a budgeted recall (offline).")
+@click.option("--db", default=":memory:", show_default=True, help="Where to build the demo memory.")
+@embedder_option
+@click.option("--max-tokens", default=400, show_default=True, help="Recall budget.")
+@click.option("--question", default=None, help="Ask your own question instead of the sample one.")
+@click.option("--llm-base-url", default=None, envvar="ARBORMEM_LLM__BASE_URL", help="OpenAI-compatible endpoint (optional).")
+@click.option("--llm-model", default=None, envvar="ARBORMEM_LLM__MODEL", help="Model name at that endpoint.")
+@json_option
+@_errors
+def demo(db: str, embedder: str | None, max_tokens: int, question: str | None,
+         llm_base_url: str | None, llm_model: str | None, as_json: bool) -> None:
+    data = json.loads(resources.files("arbormem").joinpath("data/demo.json").read_text("utf-8"))
+    user = data["user_id"]
+    question = question or data["question"]
+    llm = None
+    if llm_base_url and llm_model:
+        llm = _make_llm(llm_base_url, llm_model)
+    t0 = time.perf_counter()
+    with _memory(db, embedder, llm=llm) as mem:
+        if mem.store.count_exchanges(user)["completed"] == 0:
+            mem.add_many(data["exchanges"], user_id=user)
+        t_ingest = time.perf_counter() - t0
+        organize = getattr(mem, "organize", None)
+        if llm is not None and callable(organize):
+            organize(user_id=user)
+        root = mem.tree(user_id=user)
+        t1 = time.perf_counter()
+        r = mem.recall(question, user_id=user, max_tokens=max_tokens)
+        t_recall = time.perf_counter() - t1
+        full = mem.tokens.count("\n".join(e.text for e in mem.exchanges(user_id=user)))
+        if as_json:
+            _print_json({"tree": root.to_dict(), "question": question, "recall": r.to_dict(),
+                         "full_transcript_tokens": full})
+            return
+        click.secho(f"Ingested {root.size} exchanges in {t_ingest:.2f}s. Topic tree:", bold=True)
+        _print_tree(root)
+        click.secho(f"\nQuestion: {question}", bold=True)
+        paths = sorted({" › ".join(t.path) for t in r.topics})
+        click.echo("Branches used: " + ("; ".join(paths) or "(none)"))
+        click.secho(f"\nMemory context ({r.tokens} tokens, budget {max_tokens}, {t_recall * 1000:.0f} ms):", bold=True)
+        click.echo(r.text)
+        click.secho(f"\nCost: {r.tokens} tokens vs {full} for the full transcript "
+                    f"({100 * r.tokens / max(full, 1):.0f}%).", bold=True)
+
+
+def _make_llm(base_url: str, model: str) -> Any:
+    try:
+        from .llm.openai import OpenAILLM  # type: ignore[attr-defined]
+    except ImportError as exc:  # the LLM layer is optional
+        raise click.ClickException(f"LLM support unavailable: {exc}") from exc
+    return OpenAILLM(base_url=base_url, model=model)
+
+
+@main.command("import", help="Import exchanges from a JSON list or JSONL file (one exchange per line).")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@db_option
+@user_option
+@embedder_option
+@json_option
+@_errors
+def import_cmd(path: Path, db: str | None, user_id: str, embedder: str | None, as_json: bool) -> None:
+    items = read_import_file(path)
+    from tqdm import tqdm
+
+    with _memory(db, embedder) as mem, tqdm(total=len(items), unit="ex", disable=as_json, file=sys.stderr) as bar:
+        done = mem.add_many(items, user_id=user_id, progress=lambda n, total: bar.update(n - bar.n))
+    if as_json:
+        _print_json({"imported": len(done), "user_id": user_id})
+    else:
+        click.echo(f"imported {len(done)} exchanges for user {user_id!r}")
+
+
+def read_import_file(path: Path) -> list[dict[str, Any]]:
+    """Items of a .json (list, or {"exchanges": [...]}) or .jsonl file; errors carry the line."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ImportFormatError("not valid UTF-8", line=line) from exc
+    if path.suffix == ".jsonl":
+        items = []
+        for n, line_text in enumerate(text.splitlines(), 1):
+            if not line_text.strip():
+                continue
+            try:
+                item = json.loads(line_text)
+            except json.JSONDecodeError as exc:
+                raise ImportFormatError(f"invalid JSON: {exc.msg}", line=n) from exc
+            if not isinstance(item, dict):
+                raise ImportFormatError("each line must be a JSON object", line=n)
+            items.append(item)
+        return items
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(f"invalid JSON: {exc.msg}", line=exc.lineno) from exc
+    if isinstance(data, dict) and isinstance(data.get("exchanges"), list):
+        data = data["exchanges"]
+    if not isinstance(data, list):
+        raise ImportFormatError("expected a list of exchanges or {'exchanges': [...]}")
+    return data
+
+
+@main.command(help="Print the memory context recall would inject for a message.")
+@click.argument("query")
+@db_option
+@user_option
+@embedder_option
+@click.option("--max-tokens", default=1024, show_default=True)
+@json_option
+@_errors
+def recall(query: str, db: str | None, user_id: str, embedder: str | None, max_tokens: int, as_json: bool) -> None:
+    with _memory(db, embedder) as mem:
+        r = mem.recall(query, user_id=user_id, max_tokens=max_tokens)
+    if as_json:
+        _print_json(r.to_dict())
+    else:
+        click.echo(r.text or "(no memory)")
+        click.echo(f"-- {r.tokens} tokens, {len(r.exchanges)} exchanges, {len(r.topics)} topics", err=True)
+
+
+@main.command(help="Ranked exchanges matching a query.")
+@click.argument("query")
+@db_option
+@user_option
+@embedder_option
+@click.option("--limit", default=10, show_default=True)
+@json_option
+@_errors
+def search(query: str, db: str | None, user_id: str, embedder: str | None, limit: int, as_json: bool) -> None:
+    with _memory(db, embedder) as mem:
+        hits = mem.search(query, user_id=user_id, limit=limit)
+    if as_json:
+        _print_json([h.to_dict() for h in hits])
+        return
+    for h in hits:
+        path = " › ".join(h.path)
+        click.echo(f"{h.score:.4f}  #{h.exchange.seq}  [{path}]  {h.exchange.user_text[:100]}")
+
+
+@main.command(help="Show the topic tree of a user.")
+@db_option
+@user_option
+@click.option("--depth", default=99, help="Levels to show.")
+@json_option
+@_errors
+def tree(db: str | None, user_id: str, depth: int, as_json: bool) -> None:
+    with _memory(db, "hash") as mem:  # reading the tree needs no embedding model
+        root = mem.tree(user_id=user_id)
+    if as_json:
+        _print_json(root.to_dict())
+    else:
+        _print_tree(root, max_depth=depth)
+
+
+@main.command(help="Counts of exchanges, topics and tokens for a user.")
+@db_option
+@user_option
+@json_option
+@_errors
+def stats(db: str | None, user_id: str, as_json: bool) -> None:
+    with _memory(db, "hash") as mem:
+        s = mem.stats(user_id=user_id)
+    if as_json:
+        _print_json(s.to_dict())
+    else:
+        for key, value in s.to_dict().items():
+            click.echo(f"{key:18} {value}")
+
+
+def _register_optional() -> None:
+    """Attach command groups that live with their subsystems (kept import-light)."""
+    try:
+        from .eval.cli import bench, eval_group
+
+        main.add_command(eval_group, "eval")
+        main.add_command(bench, "bench")
+    except ImportError:
+        pass
+    try:
+        from .store.cli import migrate_store
+
+        main.add_command(migrate_store, "migrate-store")
+    except ImportError:
+        pass
+
+
+_register_optional()
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
