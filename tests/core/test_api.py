@@ -1,0 +1,60 @@
+"""The public surface is a contract: pin the exported names and exercise every method."""
+
+from __future__ import annotations
+
+import arbormem
+from arbormem import Memory, Recall, Topic
+from tests.conftest import chat
+
+
+def test_exported_names_are_pinned() -> None:
+    assert sorted(arbormem.__all__) == sorted([
+        "Memory", "Settings", "Embedder", "CallableEmbedder", "Exchange", "Topic", "Hit", "Recall",
+        "RecallTrace", "Stats", "ArbormemError", "ValidationError", "ImportFormatError",
+        "NotFoundError", "StateError", "StoreError", "MigrationError", "EmbeddingError",
+        "LLMError", "ConfigError",
+    ])
+
+
+def test_import_does_no_work() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, arbormem; "
+            "assert 'torch' not in sys.modules and 'sentence_transformers' not in sys.modules; "
+            "assert 'bpe_openai' not in sys.modules; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"
+
+
+def test_every_public_method(tmp_path, demo_data) -> None:
+    with Memory(tmp_path / "m.db", embedder="hash") as mem:
+        done = mem.add_many(demo_data["exchanges"], user_id="demo")
+        assert len(done) == len(demo_data["exchanges"])
+        r = mem.recall(demo_data["question"], user_id="demo", max_tokens=600)
+        assert isinstance(r, Recall) and 0 < r.tokens <= 600
+        assert r.text.startswith("<memory-context>") and r.text.endswith("</memory-context>")
+        assert r.topics and all(isinstance(t, Topic) for t in r.topics)
+        assert set(r.trace.timings_ms) >= {"embed", "indexes", "pack", "total"}
+        hits = mem.search("peanut allergy", user_id="demo", limit=3)
+        assert 1 <= len(hits) <= 3 and hits[0].score >= hits[-1].score and hits[0].path
+        root = mem.tree(user_id="demo")
+        assert root.kind == "root" and root.size == len(done)
+        assert {t.id for t in mem.topics(user_id="demo")} == {t.id for t in root.walk()[1:]}
+        assert len(mem.exchanges(user_id="demo", limit=5)) == 5
+        s = mem.stats(user_id="demo")
+        assert s.completed == len(done) and s.topics >= 2 and s.transcript_tokens > r.tokens
+        assert r.to_dict()["tokens"] == r.tokens and root.to_dict()["children"]
+
+
+def test_callable_embedder_is_accepted(tmp_path) -> None:
+    import numpy as np
+
+    from arbormem import CallableEmbedder
+
+    def fn(texts: list[str]) -> np.ndarray:
+        return np.array([[len(t), 1.0, t.count("a") + 1.0] for t in texts], dtype=np.float32)
+
+    with Memory(tmp_path / "m.db", embedder=CallableEmbedder(fn, dim=3)) as mem:
+        ex = mem.add(chat("a banana a day", "sure"), user_id="u")
+        assert mem.search("banana", user_id="u")[0].exchange.id == ex.id
