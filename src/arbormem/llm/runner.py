@@ -132,7 +132,7 @@ class LLMRunner:
         result: M | None = None
         started = time.perf_counter()
         try:
-            raw = self.llm.chat(
+            reply: object = self.llm.chat(
                 messages,
                 model=model,
                 max_tokens=max_tokens or ROLE_MAX_TOKENS.get(role, 400),
@@ -140,8 +140,10 @@ class LLMRunner:
                 json_mode=True,
                 timeout=self.timeouts.get(role),
             )
-            if not isinstance(raw, str):
-                raise InvalidOutput(f"the LLM returned {type(raw).__name__}, not text")
+            if not isinstance(reply, str):
+                raw = repr(reply)
+                raise InvalidOutput(f"the LLM returned {type(reply).__name__}, not text")
+            raw = reply
             parsed = parse_reply(raw, schema)
             result = check(parsed) if check is not None else parsed
         except Exception as exc:  # the whole point: nothing escapes into the caller
