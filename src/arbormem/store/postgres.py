@@ -690,6 +690,30 @@ class PostgresStore(Store):
             ).fetchall()
         return [(r[0], int(r[1])) for r in rows]
 
+    def iter_meta(self) -> list[tuple[str, str]]:
+        """Every (key, value) of the store's meta table."""
+        with self._conn() as conn:
+            rows = conn.execute("SELECT key, value FROM arbormem_meta ORDER BY key").fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def get_last_seq(self, user_id: str) -> int:
+        """The user's last allocated sequence number (0 for a new user)."""
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT last_seq FROM arbormem_users WHERE user_id = %s", (user_id,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def ensure_seq(self, user_id: str, seq: int) -> None:
+        """Raise the user's sequence counter to at least ``seq`` (never lowers it)."""
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO arbormem_users (user_id, last_seq) VALUES (%s, %s) "
+                "ON CONFLICT (user_id) DO UPDATE SET last_seq = "
+                "GREATEST(arbormem_users.last_seq, excluded.last_seq)",
+                (user_id, int(seq)),
+            )
+
     def put_change(self, rec: ChangeRecord) -> None:
         """Insert a change record as is (id and time kept): the import side of the audit log."""
         with self._conn() as conn:
