@@ -35,3 +35,15 @@ def test_bench_in_a_fresh_process_measures_everything(tmp_path: Path) -> None:
     assert r.recall_tokens_mean <= 1024
     assert r.disk_bytes > 0
     assert list(tmp_path.iterdir()) == []  # the temporary database is removed
+
+
+def test_raw_embedding_sample_is_spread_over_the_run() -> None:
+    from arbormem.embed.testing import HashEmbedder
+    from arbormem.eval.bench import bench_size
+
+    cfg = BenchConfig(size=100, embedder="hash", chunk=10, raw_sample=30, queries=5,
+                      one_by_one=0, progress=False)
+    r = bench_size(cfg, HashEmbedder(64))
+    assert r.raw_embed_texts == 30  # chunks 0, 4 and 8 of ten
+    assert r.one_by_one_per_s == 0.0 and r.bytes_per_exchange > 0
+    assert r.embedder == "hash-64"
