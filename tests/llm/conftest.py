@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-# tests/support is shared test code, not a test package; make it importable from here.
-_TESTS = str(Path(__file__).resolve().parents[1])
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
-
-from arbormem.llm import LLMRunner, OpenAICompatibleLLM  # noqa: E402
-from support.openai_server import ScriptedOpenAIServer  # noqa: E402
-
-API_KEY = "sk-test-5f3a9c-secret"
+from arbormem.llm import LLMRunner, OpenAICompatibleLLM
+from tests.support.openai_server import API_KEY, ScriptedOpenAIServer
 
 
 @pytest.fixture

@@ -9,8 +9,14 @@ import pytest
 
 from arbormem.embed.openai import OpenAIEmbedder
 from arbormem.errors import ConfigError, EmbeddingError
-from conftest import API_KEY
-from support.openai_server import Behaviour, ScriptedOpenAIServer, hash_vectors, http_error, vectors
+from tests.support.openai_server import (
+    API_KEY,
+    Behaviour,
+    ScriptedOpenAIServer,
+    hash_vectors,
+    http_error,
+    vectors,
+)
 
 
 def make(server: ScriptedOpenAIServer, **kw: object) -> OpenAIEmbedder:

@@ -11,8 +11,8 @@ from arbormem.config import LLMSettings, Settings
 from arbormem.errors import ConfigError, LLMError
 from arbormem.llm import ChatMessage, LLMRunner, OpenAICompatibleLLM, make_runner
 from arbormem.llm.openai import LLMReplyError
-from conftest import API_KEY
-from support.openai_server import (
+from tests.support.openai_server import (
+    API_KEY,
     ScriptedOpenAIServer,
     answer,
     empty,

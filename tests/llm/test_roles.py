@@ -17,7 +17,7 @@ from arbormem.llm.roles import (
     stable_assignment,
     veto_merge,
 )
-from support.openai_server import ScriptedOpenAIServer, answer_json, fenced
+from tests.support.openai_server import ScriptedOpenAIServer, answer_json, fenced
 
 NOW = datetime(2024, 5, 15, 12, 0, tzinfo=timezone.utc)
 

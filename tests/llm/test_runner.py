@@ -10,7 +10,7 @@ import pytest
 from arbormem.llm import LLM, ChatMessage, LLMRunner, OpenAICompatibleLLM
 from arbormem.llm.prompts import Turn
 from arbormem.llm.roles import TopicLabel, label_topic
-from support.openai_server import (
+from tests.support.openai_server import (
     Behaviour,
     ScriptedOpenAIServer,
     answer,

@@ -25,7 +25,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+#: The API key tests configure; asserted never to appear in logs, names or errors.
+API_KEY = "sk-test-5f3a9c-secret"
+
 __all__ = [
+    "API_KEY",
     "Behaviour",
     "Recorded",
     "ScriptedOpenAIServer",
