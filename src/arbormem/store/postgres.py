@@ -304,22 +304,20 @@ class PostgresStore(Store):
         return int(row[0])
 
     def insert_exchange(self, ex: Exchange) -> None:
+        # One round trip: the row, and the user's counter raised to at least its seq.
         with self._conn() as conn:
             conn.execute(
-                f"INSERT INTO arbormem_exchanges ({self._EX_COLS}) "
-                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                f"WITH ins AS (INSERT INTO arbormem_exchanges ({self._EX_COLS}) "
+                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING user_id, seq) "
+                "INSERT INTO arbormem_users (user_id, last_seq) SELECT user_id, seq FROM ins "
+                "ON CONFLICT (user_id) DO UPDATE SET last_seq = "
+                "GREATEST(arbormem_users.last_seq, excluded.last_seq)",
                 (
                     ex.id, ex.user_id, ex.session_id, ex.seq, ex.status,
                     self._json(list(ex.messages)), ex.user_text, ex.assistant_text,
                     _utc(ex.user_at), _utc(ex.assistant_at), self._json(dict(ex.metadata)),
                     ex.topic_id, ex.failure, ex.archived,
                 ),
-            )
-            conn.execute(
-                "INSERT INTO arbormem_users (user_id, last_seq) VALUES (%s, %s) "
-                "ON CONFLICT (user_id) DO UPDATE SET last_seq = "
-                "GREATEST(arbormem_users.last_seq, excluded.last_seq)",
-                (ex.user_id, ex.seq),
             )
 
     def update_exchange(self, ex: Exchange) -> None:
@@ -517,14 +515,18 @@ class PostgresStore(Store):
         dim = int(mat.shape[1])
         with self._conn() as conn:
             self._ensure_vector_index(conn, dim)
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO arbormem_vectors (kind, item_id, user_id, dim, embedding) "
-                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (kind, item_id) DO UPDATE SET "
-                    "dim = excluded.dim, embedding = excluded.embedding "
-                    "WHERE arbormem_vectors.user_id = excluded.user_id",
-                    [(kind, i, user_id, dim, v) for i, v in zip(ids, mat, strict=True)],
-                )
+            sql = (
+                "INSERT INTO arbormem_vectors (kind, item_id, user_id, dim, embedding) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (kind, item_id) DO UPDATE SET "
+                "dim = excluded.dim, embedding = excluded.embedding "
+                "WHERE arbormem_vectors.user_id = excluded.user_id"
+            )
+            rows = [(kind, i, user_id, dim, v) for i, v in zip(ids, mat, strict=True)]
+            if len(rows) == 1:  # the write path's usual case; executemany costs a pipeline
+                conn.execute(sql, rows[0])
+            else:
+                with conn.cursor() as cur:
+                    cur.executemany(sql, rows)
 
     def get_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str]) -> dict[str, np.ndarray]:
         _check_kind(kind)
@@ -566,23 +568,28 @@ class PostgresStore(Store):
         _check_kind(kind)
         toks = tokens(text)
         table = "arbormem_exchanges" if kind == "exchange" else "arbormem_topics"
+        # One round trip (this runs for every exchange and every touched topic): upsert the
+        # entry if the item exists for this user, and move the BM25 stats by the difference.
         with self._conn() as conn:
-            owner = conn.execute(f"SELECT user_id FROM {table} WHERE id = %s", (item_id,)).fetchone()
-            if owner is None or owner[0] != user_id:
-                raise StoreError(f"no {kind} {item_id!r} of this user to index")
-            self._remove_text(conn, kind, item_id)
-            conn.execute(
-                "INSERT INTO arbormem_text (kind, item_id, user_id, body, tsv, doclen) "
-                "VALUES (%s, %s, %s, %s, %s::tsvector, %s)",
-                (kind, item_id, user_id, text, _tsvector_literal(toks), len(toks)),
-            )
-            conn.execute(
+            row = conn.execute(
+                f"WITH owner AS (SELECT 1 FROM {table} WHERE id = %(id)s AND user_id = %(u)s), "
+                "old AS (SELECT doclen FROM arbormem_text WHERE kind = %(k)s AND item_id = %(id)s), "
+                "up AS (INSERT INTO arbormem_text (kind, item_id, user_id, body, tsv, doclen) "
+                "SELECT %(k)s, %(id)s, %(u)s, %(body)s, %(tsv)s::tsvector, %(len)s FROM owner "
+                "ON CONFLICT (kind, item_id) DO UPDATE SET user_id = excluded.user_id, "
+                "body = excluded.body, tsv = excluded.tsv, doclen = excluded.doclen "
+                "RETURNING doclen) "
                 "INSERT INTO arbormem_text_stats (user_id, kind, n_docs, total_len) "
-                "VALUES (%s, %s, 1, %s) ON CONFLICT (user_id, kind) DO UPDATE SET "
-                "n_docs = arbormem_text_stats.n_docs + 1, "
-                "total_len = arbormem_text_stats.total_len + excluded.total_len",
-                (user_id, kind, len(toks)),
-            )
+                "SELECT %(u)s, %(k)s, 1 - (SELECT count(*) FROM old), "
+                "up.doclen - coalesce((SELECT sum(doclen) FROM old), 0) FROM up "
+                "ON CONFLICT (user_id, kind) DO UPDATE SET "
+                "n_docs = arbormem_text_stats.n_docs + excluded.n_docs, "
+                "total_len = arbormem_text_stats.total_len + excluded.total_len RETURNING 1",
+                {"id": item_id, "u": user_id, "k": kind, "body": text,
+                 "tsv": _tsvector_literal(toks), "len": len(toks)},
+            ).fetchone()
+        if row is None:
+            raise StoreError(f"no {kind} {item_id!r} of this user to index")
 
     def _remove_text(self, conn: Any, kind: str, item_id: str) -> None:
         row = conn.execute(
@@ -637,13 +644,25 @@ class PostgresStore(Store):
                     "FROM c CROSS JOIN LATERAL unnest(c.tsv) u WHERE u.lexeme = ANY(%s)",
                     (user_id, kind, tsquery, tsquery, _CANDIDATES, lexemes),
                 ).fetchall()
-        scores: dict[str, float] = {}
-        for item_id, doclen, lex, tf in postings:
-            n = df[lex]
-            idf = max(1e-6, math.log((n_docs - n + 0.5) / (n + 0.5) + 1.0))
-            norm = tf + _BM25_K1 * (1.0 - _BM25_B + _BM25_B * doclen / avgdl)
-            scores[item_id] = scores.get(item_id, 0.0) + idf * tf * (_BM25_K1 + 1.0) / norm
-        ranked = sorted(scores.items(), key=lambda t: (-t[1], t[0]))
+            scores: dict[str, float] = {}
+            for item_id, doclen, lex, tf in postings:
+                n = df[lex]
+                # Lucene's BM25 idf (always positive); document stats are per user and kind
+                idf = math.log((n_docs - n + 0.5) / (n + 0.5) + 1.0)
+                norm = tf + _BM25_K1 * (1.0 - _BM25_B + _BM25_B * doclen / avgdl)
+                scores[item_id] = scores.get(item_id, 0.0) + idf * tf * (_BM25_K1 + 1.0) / norm
+            ranked = sorted(scores.items(), key=lambda t: -t[1])
+            if len(ranked) > k:
+                # keep every item tied with the last one kept, for the tie-break below
+                floor = round(ranked[k - 1][1], 9)
+                ranked = [r for r in ranked if round(r[1], 9) >= floor]
+            # Equal scores (same text) rank in item order, as FTS5 ranks by rowid: oldest first.
+            table, col = ("arbormem_exchanges", "seq") if kind == "exchange" else ("arbormem_topics", "rid")
+            order = dict(conn.execute(
+                f"SELECT id, {col} FROM {table} WHERE user_id = %s AND id = ANY(%s)",
+                (user_id, [r[0] for r in ranked]),
+            ).fetchall())
+        ranked.sort(key=lambda t: (-round(t[1], 9), order.get(t[0], 0), t[0]))
         return ranked[: int(k)]
 
     def delete_index(self, kind: IndexKind, item_id: str) -> None:
