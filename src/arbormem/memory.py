@@ -22,9 +22,12 @@ from . import validate as v
 from .config import Settings
 from .embed import Embedder, make_embedder
 from .errors import ConfigError, NotFoundError, StateError, ValidationError
+from .llm import LLM, LLMCall, LLMRunner, make_runner
 from .models import Exchange, Hit, Recall, Stats, Topic
+from .organize.enrich import EnrichReport, organize_labels
 from .organize.tree import TreeSession, new_id
 from .retrieve.engine import Retriever
+from .retrieve.llm_plan import RecallPlanner
 from .store.base import Store, TopicRecord
 from .text import term_counts, terms
 from .tokens import TokenCounter
@@ -48,7 +51,7 @@ class Memory:
         store: Store | None = None,
         database_url: str | None = None,
         embedder: Embedder | str | None = None,
-        llm: Any = None,
+        llm: LLM | LLMRunner | None = None,
         settings: Settings | None = None,
     ) -> None:
         self.settings = settings or Settings()
@@ -70,7 +73,9 @@ class Memory:
             embedder if embedder is not None else self.settings.embedder,
             threads=self.settings.torch_threads, batch_size=self.settings.embed_batch_size,
         )
-        self.llm = llm
+        # Optional: an LLM argument, else ARBORMEM_LLM__BASE_URL + __MODEL, else offline.
+        self.llm: LLMRunner | None = make_runner(llm, self.settings.llm)
+        self._owns_llm = llm is None and self.llm is not None
         self.tokens = TokenCounter()
         self.retriever = Retriever(self.store, self.embedder, self.tokens, self.settings.recall)
         self._checked_embedder = False
@@ -83,6 +88,8 @@ class Memory:
         if not self._closed:
             self._closed = True
             self.store.close()
+            if self._owns_llm and self.llm is not None:
+                self.llm.close()
 
     def __enter__(self) -> Memory:
         return self
@@ -243,8 +250,12 @@ class Memory:
     # -- read path ------------------------------------------------------------------------------
     def recall(
         self, query: str, *, user_id: str, max_tokens: int | None = None, recent: int | None = None,
+        use_llm: bool = True,
     ) -> Recall:
-        """The memory context to inject for a new user message, within ``max_tokens``."""
+        """The memory context to inject for a new user message, within ``max_tokens``.
+
+        With an LLM configured (and ``use_llm``), one LLM call plans the recall; if it fails,
+        the offline ranking is used and ``trace.notes`` says so."""
         uid = v.user_id(user_id)
         body = v.text(query, "query", self.settings.max_message_chars)
         budget = self.settings.recall.max_tokens if max_tokens is None else max_tokens
@@ -254,7 +265,25 @@ class Memory:
         if not isinstance(n_recent, int) or n_recent < 0:
             raise ValidationError("recent must be a non-negative integer")
         self._check_embedder()
-        return self.retriever.recall(uid, body, budget, n_recent, self._topic_view)
+        planner = RecallPlanner(self.llm) if self.llm is not None and use_llm else None
+        return self.retriever.recall(uid, body, budget, n_recent, self._topic_view, planner)
+
+    # -- organiser ------------------------------------------------------------------------------
+    def organize(self, user_id: str, *, limit: int = 50) -> EnrichReport:
+        """Label and summarise up to ``limit`` frozen topics through the LLM (none offline).
+
+        Runs outside the write path: the LLM is called with no lock held, and a topic's labels
+        change only when the model's answer passed validation (see ``organize/enrich.py``)."""
+        uid = v.user_id(user_id)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise ValidationError("limit must be a non-negative integer")
+        if self.llm is None:
+            return EnrichReport(user_id=uid, candidates=0, labelled=0, failed=0, skipped=0, llm_calls=0)
+        return organize_labels(self.store, self.llm, uid, self.settings.tree, limit=limit)
+
+    def llm_log(self, *, failures_only: bool = False) -> list[LLMCall]:
+        """Recent LLM calls (role, model, input size, raw output, error), oldest first."""
+        return [] if self.llm is None else self.llm.log(failures_only=failures_only)
 
     def search(self, query: str, *, user_id: str, limit: int = 10) -> list[Hit]:
         """Ranked exchanges for ``query`` (hybrid lexical + dense, topic-aware)."""

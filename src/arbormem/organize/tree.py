@@ -308,14 +308,36 @@ class TreeSession:
         self._dirty.add(leaf.id)
         self._to_summarise.add(leaf.id)
 
+    def set_label(self, topic_id: str, *, expect_size: int, expect_end: int | None, title: str,
+                  keywords: list[str], summary: str, meta: Mapping[str, object]) -> bool:
+        """Store labels validated by the organiser's LLM (``organize/enrich.py``).
+
+        Refused (False) when the topic changed since the labels were asked for. ``flush``
+        keeps them while the topic keeps that size; the parent is refreshed because a
+        theme's summary lists its children's titles.
+        """
+        node = self.get(topic_id)
+        if node is None or node.kind != "topic" or node.size != expect_size or node.end_seq != expect_end:
+            return False
+        node.title, node.keywords, node.summary = title, list(keywords), summary
+        node.meta.update(meta)
+        node.meta["label_size"] = node.size
+        self._dirty.add(node.id)
+        if node.parent_id and self.get(node.parent_id) is not None:
+            self._dirty.add(node.parent_id)
+        return True
+
     def flush(self) -> list[str]:
         """Write every changed node (row, centroid, text index); return their ids."""
-        dirty = [self._nodes[i] for i in self._dirty if i in self._nodes]
+        # Deepest first: a theme's summary and frozen flag are computed from its children,
+        # which must be final by then (set order would make the stored tree vary run to run).
+        dirty = sorted((self._nodes[i] for i in self._dirty if i in self._nodes),
+                       key=lambda n: (-len(self.ancestors(n)), n.created_seq, n.id))
         n_docs = max(1, self.root.size)
         wanted = {t for node in dirty for t in node.terms}
         df = self.store.get_term_df(self.user_id, list(wanted)) if wanted else {}
         for node in dirty:
-            if node.kind == "root":
+            if node.kind == "root" or _llm_labelled(node):
                 continue
             node.keywords = top_terms(node.terms, df, n_docs, KEYWORDS)
             node.title = make_title(node.keywords)
@@ -363,9 +385,19 @@ def make_title(keywords: list[str]) -> str:
     return " · ".join(k[:1].upper() + k[1:] for k in keywords[:3]) or "Untitled"
 
 
+def _llm_labelled(node: TopicRecord) -> bool:
+    # LLM labels stay until the topic changes size (then offline labels return and the
+    # organiser labels it again).
+    return node.meta.get("label_source") == "llm" and node.meta.get("label_size") == node.size
+
+
 def topic_index_text(node: TopicRecord) -> str:
-    """What the lexical topic index sees: title, keywords and summary."""
-    return f"{node.title}\n{' '.join(node.keywords)}\n{node.summary}"
+    """What the lexical topic index sees: title, keywords and summary (and, for LLM-labelled
+    topics, the retrieval terms and trigger)."""
+    extra = " ".join(str(t) for t in node.meta.get("retrieval_terms") or ())
+    trigger = str(node.meta.get("trigger") or "")
+    tail = f"\n{extra}\n{trigger}" if _llm_labelled(node) and (extra or trigger) else ""
+    return f"{node.title}\n{' '.join(node.keywords)}\n{node.summary}{tail}"
 
 
 def balanced_groups(vecs: np.ndarray, k: int, cap: int, iters: int = 6) -> list[list[int]]:

@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from ..models import Exchange, Hit, Recall, RecallTrace, Topic
 from ..store.base import Store, TopicRecord
 from ..tokens import TokenCounter
 from .query import QueryAnalysis, analyse
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .llm_plan import RecallPlanner
 from .render import packet_header, render, render_exchange
 
 RRF_K = 60.0
@@ -146,7 +150,7 @@ class Retriever:
         ]
 
     def recall(self, user_id: str, query: str, max_tokens: int, recent: int,
-               to_topic: Callable[[str, str], Topic | None]) -> Recall:
+               to_topic: Callable[[str, str], Topic | None], planner: RecallPlanner | None = None) -> Recall:
         t_start = time.perf_counter()
         timings: dict[str, float] = {}
         now = self._now(user_id)
@@ -155,6 +159,11 @@ class Retriever:
         qvec = self.embedder.embed_one(query)
         timings["embed"] = (time.perf_counter() - t0) * 1000
         cands, topic_norm, exchanges = self._score(user_id, q, qvec, self.s.candidates, timings)
+        notes = list(q.notes)
+        if planner is not None:  # the optional LLM step: at most one call (retrieve/llm_plan.py)
+            t0 = time.perf_counter()
+            notes += planner.apply(self, user_id, query, now, cands, topic_norm, exchanges, q.time_range)
+            timings["llm_plan"] = (time.perf_counter() - t0) * 1000
 
         # Neighbour expansion around the strongest hits, inside the same topic.
         t0 = time.perf_counter()
@@ -187,7 +196,7 @@ class Retriever:
             topic_scores={k: round(v, 4) for k, v in sorted(topic_norm.items(), key=lambda kv: -kv[1])[:10]},
             exchange_scores={e.id: round(cands[e.id].score, 6) for e in packed if e.id in cands},
             timings_ms={k: round(v, 2) for k, v in timings.items()}, budget=max_tokens,
-            dropped=dropped, notes=q.notes,
+            dropped=dropped, notes=tuple(notes),
         )
         return Recall(text=text, tokens=tokens, exchanges=tuple(packed), topics=topics, trace=trace)
 
@@ -267,14 +276,23 @@ class Retriever:
         by_topic: dict[str | None, list[Exchange]] = defaultdict(list)
         for ex in chosen:
             by_topic[ex.topic_id].append(ex)
-        # Packets in the order their first exchange happened; exchanges in order inside.
+        # Packets in the order their first exchange happened; exchanges in order inside. When a
+        # packet's exchanges share a day it goes in the header once, otherwise on each exchange.
         order = sorted(by_topic.items(), key=lambda kv: min(e.seq for e in kv[1]))
         packets = []
         for tid, exs in order:
             exs.sort(key=lambda e: e.seq)
-            path = paths.get(tid or "", ())
-            packets.append((packet_header(path[-2:]), [blocks[e.id] for e in exs]))
+            days = {e.user_at.date() for e in exs}
+            if len(days) == 1:
+                header = packet_header(_short(paths.get(tid or "", ())), exs[0].user_at.date().isoformat())
+                packets.append((header, [render_exchange(e, dated=False) for e in exs]))
+            else:
+                packets.append((packet_header(_short(paths.get(tid or "", ()))), [blocks[e.id] for e in exs]))
         if recent:
             packets.append(("## Recent", [blocks[e.id] for e in recent]))
         return render(packets)
 
+
+def _short(path: tuple[str, ...]) -> tuple[str, ...]:
+    """The last two levels of a path, each cut to two keywords (headers cost tokens)."""
+    return tuple(" · ".join(p.split(" · ")[:2]) for p in path[-2:])

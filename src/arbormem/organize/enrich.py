@@ -1,0 +1,172 @@
+"""LLM enrichment of the topic tree, run by the organiser — never on the write path.
+
+``complete()`` places an exchange with embeddings and offline labels only. Later, ``organize``
+asks the LLM to label and summarise *frozen* topics (the conversation has moved on, so the
+topic will not change under the label): title, keywords, retrieval terms, trigger, summary.
+
+Failure behaviour, the property the seeds lacked: a topic's stored labels change only when
+the LLM returned a validated ``TopicLabel``. On any failure the topic keeps exactly its
+offline labels (nothing is written, not even a marker), the failure is in the runner's log,
+and the topic is tried again on a later run. After ``max_failures`` failures in a row a run
+stops early, so a dead endpoint costs a few calls per run, not one per topic.
+
+The LLM is called outside any store transaction (a slow model must not block writers); the
+label is written in a short transaction afterwards, and only if the topic did not change in
+the meantime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ..config import TreeSettings
+from ..llm.prompts import Budget, TopicCard, Turn
+from ..llm.roles import MergeVerdict, TopicLabel, label_topic, veto_merge
+from ..llm.runner import LLMRunner
+from ..models import Exchange
+from ..store.base import Store, TopicRecord
+from .tree import TreeSession
+
+#: Set in ``TopicRecord.meta`` when the labels came from the LLM.
+LABEL_SOURCE = "label_source"
+#: The topic's size when it was labelled; a different size means the label is stale.
+LABEL_SIZE = "label_size"
+
+
+@dataclass(frozen=True)
+class EnrichReport:
+    """What one ``organize`` run did. ``llm_calls`` counts calls made by this run."""
+
+    user_id: str
+    candidates: int
+    labelled: int
+    failed: int
+    skipped: int
+    llm_calls: int
+    stopped_early: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def to_turns(exchanges: Iterable[Exchange]) -> list[Turn]:
+    """Completed, non-archived exchanges as role input."""
+    return [
+        Turn(e.seq, e.user_text, e.assistant_text, e.user_at)
+        for e in exchanges
+        if e.status == "completed" and not e.archived
+    ]
+
+
+def to_card(rec: TopicRecord, path: Sequence[str] = ()) -> TopicCard:
+    return TopicCard(
+        id=rec.id, title=rec.title, keywords=tuple(rec.keywords), summary=rec.summary,
+        first_at=rec.first_at, last_at=rec.last_at, size=rec.size, path=tuple(path),
+    )
+
+
+def enrich_topic(runner: LLMRunner, texts: Sequence[Turn], budget: Budget | None = None) -> TopicLabel | None:
+    """Labels for one topic from its exchanges, or None (keep the offline labels)."""
+    return label_topic(runner, texts, budget)
+
+
+def needs_label(rec: TopicRecord, min_size: int = 1) -> bool:
+    """A frozen leaf whose labels are offline, or were made when it had another size."""
+    if rec.kind != "topic" or not rec.frozen or rec.size < min_size:
+        return False
+    return not (rec.meta.get(LABEL_SOURCE) == "llm" and rec.meta.get(LABEL_SIZE) == rec.size)
+
+
+def organize_labels(
+    store: Store,
+    runner: LLMRunner,
+    user_id: str,
+    settings: TreeSettings,
+    *,
+    limit: int = 50,
+    min_size: int = 1,
+    max_failures: int = 3,
+) -> EnrichReport:
+    """Label up to ``limit`` frozen topics of a user through the LLM (newest first).
+
+    At most ``limit`` LLM calls; each success rewrites one topic's title, keywords and
+    summary (plus retrieval terms and trigger in its metadata and index text).
+    """
+    budget = Budget()
+    todo = [r for r in store.list_topics(user_id) if needs_label(r, min_size)]
+    todo.sort(key=lambda r: -(r.end_seq or 0))  # recent topics are the likeliest recalled
+    calls_before = runner.total_calls
+    labelled = failed = skipped = streak = 0
+    stopped = False
+    for rec in todo[:limit]:
+        members = store.list_exchanges(user_id, topic_id=rec.id, status="completed")
+        turns = to_turns(members)
+        if not turns:
+            skipped += 1
+            continue
+        label = enrich_topic(runner, turns, budget)
+        if label is None:
+            failed += 1
+            streak += 1
+            if streak >= max_failures:
+                stopped = True
+                break
+            continue
+        streak = 0
+        with store.transaction(user_id):
+            tree = TreeSession(store, user_id, settings)
+            if not tree.set_label(
+                rec.id,
+                expect_size=rec.size,
+                expect_end=rec.end_seq,
+                title=label.title,
+                keywords=list(label.keywords),
+                summary=label.summary,
+                meta={
+                    LABEL_SOURCE: "llm",
+                    "retrieval_terms": list(label.retrieval_terms),
+                    "trigger": label.trigger or "",
+                },
+            ):
+                skipped += 1  # the topic changed while the model was thinking
+                continue
+            tree.flush()
+            store.log_change(user_id, "label", rec.id, {"source": "llm", "model": runner.name, "title": label.title})
+        labelled += 1
+    return EnrichReport(
+        user_id=user_id, candidates=len(todo), labelled=labelled, failed=failed, skipped=skipped,
+        llm_calls=runner.total_calls - calls_before, stopped_early=stopped,
+    )
+
+
+def confirm_merge(
+    runner: LLMRunner | None,
+    a: TopicRecord,
+    a_exchanges: Sequence[Exchange],
+    b: TopicRecord,
+    b_exchanges: Sequence[Exchange],
+) -> bool:
+    """The veto step of a merge (for the consolidation organiser).
+
+    True only when the LLM confirmed the merge; no LLM, a failure or a rejection all mean
+    False — keeping two topics apart loses nothing, a wrong merge does.
+    Without an LLM, the caller decides on its own offline evidence instead of calling this.
+    """
+    if runner is None:
+        return False
+    verdict: MergeVerdict | None = veto_merge(runner, to_card(a), to_turns(a_exchanges), to_card(b), to_turns(b_exchanges))
+    return verdict is not None and verdict.same_topic
+
+
+__all__ = [
+    "EnrichReport",
+    "enrich_topic",
+    "organize_labels",
+    "needs_label",
+    "confirm_merge",
+    "to_turns",
+    "to_card",
+    "LABEL_SOURCE",
+    "LABEL_SIZE",
+]

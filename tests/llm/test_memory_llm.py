@@ -1,0 +1,267 @@
+"""Memory with an LLM over the scripted server: labels from good answers; with every kind of
+bad answer the stored tree is exactly the offline one and holds no error text."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from arbormem import Memory
+from arbormem.config import Settings
+from arbormem.embed.testing import HashEmbedder
+from arbormem.llm import LLMRunner, OpenAICompatibleLLM
+from arbormem.models import Topic
+from tests.support.openai_server import (
+    Behaviour,
+    ScriptedOpenAIServer,
+    answer,
+    answer_json,
+    empty,
+    garbage_body,
+    http_error,
+    refusal,
+    slow,
+    truncated,
+)
+
+T0 = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+# Five sessions on five subjects; a new session always starts a new topic, so the first four
+# topics are frozen when ingestion ends and the fifth stays open.
+SUBJECTS = [
+    ("sourdough", ["How often do I feed my sourdough starter?", "Twice a day with rye flour and water.",
+                   "The starter smells of acetone.", "Feed it more often; it is hungry.",
+                   "Can I keep the starter in the fridge?", "Yes, feed it weekly then."]),
+    ("bicycle", ["My bicycle chain keeps slipping.", "Check the derailleur cable tension.",
+                 "Which chain lube works in rain?", "A wet lube such as a ceramic one."]),
+    ("taxes", ["When is the tax return due?", "The filing deadline is the end of July.",
+               "Can I deduct my home office?", "Yes, if the room is used only for work."]),
+    ("kyoto", ["Plan three days in Kyoto in October.", "Day one Fushimi Inari, day two Arashiyama.",
+               "Where should we stay?", "A ryokan near Gion is central."]),
+    ("piano", ["Which piano scales should I practise first?", "Start with C major and A minor."]),
+]
+
+
+def items() -> list[dict[str, Any]]:
+    out = []
+    for s, (_, lines) in enumerate(SUBJECTS):
+        for i in range(0, len(lines), 2):
+            out.append({
+                "messages": [{"role": "user", "content": lines[i]}, {"role": "assistant", "content": lines[i + 1]}],
+                "session_id": f"s{s}",
+                "at": (T0 + timedelta(days=s, minutes=i)).isoformat(),
+            })
+    return out
+
+
+def settings() -> Settings:
+    s = Settings()
+    s.tree.max_children = 3  # force fan-out splits, which rewrite (reparent) frozen topics
+    s.tree.continue_threshold = -1.0  # topics follow sessions exactly (the hash embedder is crude)
+    return s
+
+
+def label_for(body: dict[str, Any]) -> Behaviour:
+    """A well-behaved model: labels name the subject found in the prompt; plans pick T1."""
+    system = body["messages"][0]["content"]
+    user = body["messages"][-1]["content"]
+    if "You name and summarise" in system:
+        subject = next((name for name, lines in SUBJECTS if lines[0] in user), "unknown")
+        return answer_json({
+            "title": f"LLM title {subject}",
+            "keywords": [subject, "llmkw"],
+            "retrieval_terms": [f"zz{subject}term"],
+            "trigger": f"when the user asks about {subject}",
+            "summary": f"LLM summary of {subject}.",
+        })
+    if "You plan a memory search" in system:
+        return answer_json({"semantic_query": "sourdough starter feeding", "intent": "fact",
+                            "time_range": None, "needs_memory": True, "topic_ids": ["T1"]})
+    return http_error(400, message="unexpected role")
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer() as srv:
+        yield srv
+
+
+def llm_memory(server: ScriptedOpenAIServer, timeout: float = 2.0) -> Memory:
+    client = OpenAICompatibleLLM(server.url, "test-model", timeout=timeout, max_retries=1, backoff=0.01)
+    return Memory(":memory:", embedder=HashEmbedder(), llm=client, settings=settings())
+
+
+def snapshot(mem: Memory, user_id: str = "u") -> Any:
+    """The stored tree without its random ids: structure, labels, spans, states, index text."""
+
+    def node(t: Topic) -> Any:
+        rec = mem.store.get_topic(t.id) if t.kind != "root" else None
+        return (t.kind, t.title, t.keywords, t.summary, t.start_seq, t.end_seq, t.size, t.frozen,
+                rec.meta.get("label_source") if rec else None,
+                tuple(node(c) for c in t.children))
+
+    return node(mem.tree(user_id=user_id))
+
+
+def stored_texts(mem: Memory, user_id: str = "u") -> list[str]:
+    out = []
+    for t in mem.topics(user_id=user_id):
+        rec = mem.store.get_topic(t.id)
+        out += [t.title, t.summary, *t.keywords, json.dumps(rec.meta if rec else {})]
+    out += [e.text for e in mem.exchanges(user_id=user_id)]
+    return out
+
+
+def test_write_path_makes_no_llm_calls(server: ScriptedOpenAIServer) -> None:
+    server.responder = label_for
+    with llm_memory(server) as mem:
+        mem.add_many(items(), user_id="u")
+        ex = mem.begin("One more question about the sourdough starter", user_id="u", session_id="s0")
+        mem.complete(ex.id, "Sure.")
+        assert server.chat_requests == []
+        assert mem.llm_log() == []
+
+
+def test_good_answers_label_frozen_topics(server: ScriptedOpenAIServer) -> None:
+    server.responder = label_for
+    with llm_memory(server) as mem:
+        mem.add_many(items(), user_id="u")
+        frozen = [t for t in mem.topics(user_id="u") if t.kind == "topic" and t.frozen]
+        assert len(frozen) == 4
+        report = mem.organize("u")
+        assert (report.candidates, report.labelled, report.failed, report.llm_calls) == (4, 4, 0, 4)
+
+        topics = {t.title: t for t in mem.topics(user_id="u") if t.kind == "topic"}
+        for name in ("sourdough", "bicycle", "taxes", "kyoto"):
+            t = topics[f"LLM title {name}"]
+            assert t.summary == f"LLM summary of {name}." and t.keywords == (name, "llmkw")
+        open_topic = [t for t in topics.values() if not t.frozen]
+        assert len(open_topic) == 1 and not open_topic[0].title.startswith("LLM")  # never the open one
+        # Retrieval terms reach the topic index, so words the transcript never used find it.
+        hits = mem.store.text_search("u", "topic", ["zzkyototerm"], 5)
+        assert [topics["LLM title kyoto"].id] == [tid for tid, _ in hits]
+        # Themes list their children's new titles.
+        assert any("LLM title" in t.summary for t in mem.topics(user_id="u") if t.kind == "theme")
+        # A second run has nothing to do.
+        assert mem.organize("u").llm_calls == 0
+        assert [c.role for c in mem.llm_log()] == ["labeler"] * 4 and all(c.ok for c in mem.llm_log())
+
+
+def test_llm_labels_survive_later_writes(server: ScriptedOpenAIServer) -> None:
+    server.responder = label_for
+    with llm_memory(server) as mem:
+        mem.add_many(items(), user_id="u")
+        mem.organize("u")
+        before = {t.id: t.title for t in mem.topics(user_id="u") if t.title.startswith("LLM")}
+        # Many new sessions: new topics, fan-out splits that move the labelled topics around.
+        more = [{"messages": [{"role": "user", "content": f"question {i} about gardening tomatoes {i}"},
+                              {"role": "assistant", "content": f"answer {i} on watering"}],
+                 "session_id": f"g{i}", "at": (T0 + timedelta(days=10 + i)).isoformat()} for i in range(12)]
+        mem.add_many(more, user_id="u")
+        after = {t.id: t.title for t in mem.topics(user_id="u")}
+        assert all(after[tid] == title for tid, title in before.items())
+        assert mem.store.list_changes("u", limit=1000)  # splits happened and were logged
+
+
+def test_recall_costs_one_llm_call_and_uses_the_plan(server: ScriptedOpenAIServer) -> None:
+    server.responder = label_for
+    with llm_memory(server) as mem:
+        mem.add_many(items(), user_id="u")
+        n = len(server.chat_requests)
+        rec = mem.recall("what did we say about it?", user_id="u", max_tokens=400)
+        assert len(server.chat_requests) == n + 1
+        assert any(note.startswith("llm plan: intent=fact, topics=1") for note in rec.trace.notes)
+        assert any("sourdough" in e.text for e in rec.exchanges)
+        assert rec.tokens <= 400
+        # The directory the planner saw is bounded and holds leaf topics only.
+        prompt = server.chat_requests[-1].body["messages"][-1]["content"]
+        assert 1 <= len(re.findall(r"^T\d+:", prompt, re.M)) <= 20
+        # use_llm=False: no call.
+        mem.recall("sourdough", user_id="u", use_llm=False)
+        assert len(server.chat_requests) == n + 1
+
+
+BAD: dict[str, Behaviour] = {
+    "http-500": http_error(500),
+    "http-429": http_error(429, retry_after=0),
+    "http-401": http_error(401),
+    "timeout": slow(2, answer("{}")),
+    "refusal": refusal(),
+    "refusal-text": refusal(field_=False),
+    "truncated": truncated({"title": "Sourdough", "keywords": ["a"], "summary": "b" * 40}, 0.5, "length"),
+    "truncated-stop": truncated({"title": "Sourdough", "keywords": ["a"], "summary": "b" * 40}, 0.5, "stop"),
+    "wrong-schema": answer_json({"topic": "Sourdough", "tags": ["a"]}),
+    "prose": answer("Error: the model could not produce a title."),
+    "empty": empty(),
+    "garbage": garbage_body(),
+    "placeholder": answer_json({"title": "<title>", "keywords": ["<keyword>"], "summary": "..."}),
+    "error-string": answer_json("Error"),
+}
+ERROR_MARKERS = re.compile(r"error|scripted|sorry|refus|http|traceback|timeout|<title>|bad gateway", re.I)
+
+
+@pytest.mark.parametrize("kind", list(BAD))
+def test_every_bad_answer_leaves_the_offline_tree(server: ScriptedOpenAIServer, kind: str) -> None:
+    server.responder = lambda body: BAD[kind]
+    with Memory(":memory:", embedder=HashEmbedder(), settings=settings()) as offline, \
+            llm_memory(server, timeout=0.3) as mem:
+        offline.add_many(items(), user_id="u")
+        mem.add_many(items(), user_id="u")
+        report = mem.organize("u")
+        assert report.labelled == 0 and report.failed == 3 and report.stopped_early
+        assert report.llm_calls == 3  # a dead endpoint costs max_failures calls per run
+        assert snapshot(mem) == snapshot(offline)
+        for text in stored_texts(mem):
+            assert not ERROR_MARKERS.search(text), text
+        failures = mem.llm_log(failures_only=True)
+        assert len(failures) == 3 and all(c.role == "labeler" and c.error for c in failures)
+
+        rec = mem.recall("sourdough starter", user_id="u", max_tokens=400)
+        ref = offline.recall("sourdough starter", user_id="u", max_tokens=400)
+        assert rec.text == ref.text
+        assert any(n.startswith("llm plan failed, offline ranking used") for n in rec.trace.notes)
+        assert snapshot(mem) == snapshot(offline)
+
+
+def test_flaky_endpoint_labels_what_it_can(server: ScriptedOpenAIServer) -> None:
+    # max_retries=1: two 500s fail a topic, None lets the good model answer.
+    answers = iter([http_error(500), http_error(500), None, http_error(500), http_error(500), None])
+
+    def flaky(body: dict[str, Any]) -> Behaviour:
+        b = next(answers, None)
+        return b if b is not None else label_for(body)
+
+    server.responder = flaky
+    with llm_memory(server) as mem:
+        mem.add_many(items(), user_id="u")
+        report = mem.organize("u")
+        assert (report.labelled, report.failed) == (2, 2)
+        assert mem.organize("u").labelled == 2  # the failed ones are retried on the next run
+        assert sum(t.title.startswith("LLM title") for t in mem.topics(user_id="u")) == 4
+
+
+def test_environment_configures_the_llm(server: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARBORMEM_LLM__BASE_URL", server.url)
+    monkeypatch.setenv("ARBORMEM_LLM__MODEL", "env-model")
+    server.responder = label_for
+    with Memory(":memory:", embedder=HashEmbedder()) as mem:
+        assert isinstance(mem.llm, LLMRunner)
+        mem.add_many(items(), user_id="u")
+        report = mem.organize("u")
+        assert report.labelled == report.candidates >= 4
+        assert {r.body["model"] for r in server.chat_requests} == {"env-model"}
+        assert all(t.title.startswith("LLM title") for t in mem.topics(user_id="u") if t.kind == "topic" and t.frozen)
+
+
+def test_offline_memory_never_calls_anything() -> None:
+    with Memory(":memory:", embedder=HashEmbedder()) as mem:
+        mem.add_many(items(), user_id="u")
+        assert mem.llm is None
+        report = mem.organize("u")
+        assert report.llm_calls == 0 and mem.llm_log() == []
+        assert mem.recall("sourdough", user_id="u").trace.notes == ()
