@@ -66,13 +66,14 @@ def _ensure_system_user() -> tuple[int, int]:
 class EmbeddedPostgres:
     """One throw-away PostgreSQL server: ``start()`` returns its URL, ``stop()`` removes it."""
 
-    def __init__(self, root: Path | None = None, port: int | None = None) -> None:
+    def __init__(self, root: Path | None = None, port: int | None = None, options: str = "") -> None:
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="arbormem-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
         self.port = port or _free_port()
         self.bin = _bin_dir()
         self._run_as: tuple[int, int] | None = None
+        self.options = options  # extra server flags, e.g. "-c shared_preload_libraries=pg_stat_statements"
 
     @property
     def url(self) -> str:
@@ -111,7 +112,8 @@ class EmbeddedPostgres:
         # Throw-away server: no fsync, no Unix socket, loopback only.
         options = (
             f"-h 127.0.0.1 -p {self.port} -k '' -c fsync=off -c synchronous_commit=off"
-            " -c full_page_writes=off -c max_connections=200 -c shared_buffers=128MB"
+            " -c full_page_writes=off -c max_connections=200 -c shared_buffers=128MB "
+            + self.options
         )
         self._run(["pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
                    "-o", options, "start"])
