@@ -75,3 +75,21 @@ def test_bench_cli_reports_ratios(tmp_path: Path, mini_path: Path) -> None:
 def test_bench_locomo_workload_needs_files() -> None:
     res = CliRunner().invoke(bench_command, ["--workload", "locomo", "--embedder", "hash"])
     assert res.exit_code == 2 and "--locomo" in res.output
+
+
+def test_bench_merges_earlier_runs(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    common = ["--embedder", "hash", "--queries", "5", "--one-by-one", "2", "--no-isolate", "--no-progress"]
+    runner = CliRunner()
+    assert runner.invoke(bench_command, ["--size", "30", "--size", "50", "--json", str(first), *common]).exit_code == 0
+    res = runner.invoke(bench_command, ["--size", "20", "--size", "50", "--merge", str(first),
+                                        "--json", str(second), *common])
+    assert res.exit_code == 0, res.output
+    data = json.loads(second.read_text())
+    assert [r["size"] for r in data["results"]] == [20, 30, 50]  # 50 from the new run only
+    assert any("synthetic 30" in n for n in data["notes"])
+    res = runner.invoke(bench_command, ["--size", "20", "--merge", str(tmp_path / "r.json"), *common])
+    assert res.exit_code == 2  # no such file
+    (tmp_path / "junk.json").write_text("{}")
+    res = runner.invoke(bench_command, ["--size", "20", "--merge", str(tmp_path / "junk.json"), *common])
+    assert res.exit_code == 1 and "not a bench report" in res.output

@@ -381,8 +381,34 @@ def run_bench(
     )
 
 
-def with_command(rep: BenchReport, command: str) -> BenchReport:
-    return replace(rep, command=command)
+def load_report(path: str | Path) -> BenchReport:
+    """Read a report written by ``arbormem bench --json``."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        results = tuple(BenchResult(**r) for r in data["results"])
+        return BenchReport(results, data["machine"], data["date"], data.get("command", ""),
+                           tuple(data.get("notes", ())))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a bench report: {exc}") from exc
+
+
+def merge_reports(new: BenchReport, older: Sequence[BenchReport]) -> BenchReport:
+    """``new`` plus the results of ``older`` runs it does not repeat, each noted with its origin."""
+    have = {(r.workload, r.size) for r in new.results}
+    results = list(new.results)
+    notes = list(new.notes)
+    for rep in older:
+        extra = [r for r in rep.results if (r.workload, r.size) not in have]
+        if extra:
+            have.update((r.workload, r.size) for r in extra)
+            results.extend(extra)
+            which = ", ".join(f"{r.workload} {r.size:,}" for r in extra)
+            notes.append(f"Rows {which}: run of {rep.date} on {rep.machine}"
+                         + (f" (`{rep.command}`)." if rep.command else "."))
+    results.sort(key=lambda r: (WORKLOADS.index(r.workload) if r.workload in WORKLOADS else 99, r.size))
+    return replace(new, results=tuple(results), notes=tuple(notes))
 
 
 __all__ = [
@@ -391,6 +417,8 @@ __all__ = [
     "BenchReport",
     "BenchResult",
     "bench_size",
+    "load_report",
+    "merge_reports",
     "locomo_items",
     "run_bench",
     "synthetic_items",

@@ -122,18 +122,20 @@ def locomo_command(files: tuple[str, ...], budget_opts: tuple[str, ...], embedde
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the results as JSON.")
 @click.option("--markdown", "md_out", type=click.Path(dir_okay=False), help="Also write the markdown table to this file.")
 @click.option("--chart", "chart_out", type=click.Path(dir_okay=False), help="Write a PNG chart of latency vs size.")
+@click.option("--merge", "merge_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Include the results of an earlier --json run in the tables and chart (repeatable).")
 @click.option("--progress/--no-progress", default=True, help="Show progress bars on stderr.")
 def bench_command(sizes: tuple[int, ...], workloads: tuple[str, ...], locomo_files: tuple[str, ...],
                   embedder: str, queries: int, one_by_one: int, budget: int, raw_sample: int,
                   db_dir: str | None, isolate: bool, json_out: str | None, md_out: str | None,
-                  chart_out: str | None, progress: bool) -> None:
+                  chart_out: str | None, merge_files: tuple[str, ...], progress: bool) -> None:
     """Ingest throughput, recall latency, peak RSS and disk per exchange, as ratios to the embedder.
 
     For 1M exchanges see BENCHMARKS.md (same command, --size 1000000, hours of CPU).
     """
     from dataclasses import replace
 
-    from .bench import BenchConfig, run_bench
+    from .bench import BenchConfig, load_report, merge_reports, run_bench
     from .report import bench_chart, bench_markdown
 
     sizes = sizes or (1000, 10_000)
@@ -162,8 +164,9 @@ def bench_command(sizes: tuple[int, ...], workloads: tuple[str, ...], locomo_fil
             f"{r.bytes_per_exchange:,.0f} bytes/exchange", err=True)
 
     try:
+        older = [load_report(f) for f in merge_files]  # fail before hours of benchmarking
         rep = run_bench(configs, isolate=isolate, on_result=show)
-        rep = replace(rep, command=_command_line())
+        rep = merge_reports(replace(rep, command=_command_line()), older)
         md = bench_markdown(rep)
         click.echo(md)
         if md_out:

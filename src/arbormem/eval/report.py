@@ -134,7 +134,8 @@ def bench_markdown(rep: BenchReport) -> str:
     """The bench report: throughput and latency as ratios to the embedder, memory, disk."""
     head = ["workload", "exchanges", "raw embed /s", "bulk ingest /s", "bulk / raw",
             "begin+complete /s", "one-by-one / raw", "1-query embed p50 ms", "recall p50 / p95 / p99 ms",
-            "recall p50 / 1-query embed", "p95 ratio", "p99 ratio", "peak RSS MB", "bytes / exchange"]
+            "recall p50 / 1-query embed", "p95 ratio", "p99 ratio", "peak RSS MB (after model load)",
+            "bytes / exchange"]
     rows = []
     for r in rep.results:
         rows.append([
@@ -143,7 +144,7 @@ def bench_markdown(rep: BenchReport) -> str:
             f"{r.one_query_embed_ms['p50']:.1f}",
             f"{r.recall_ms['p50']:.1f} / {r.recall_ms['p95']:.1f} / {r.recall_ms['p99']:.1f}",
             f"{r.recall_ratio['p50']:.2f}x", f"{r.recall_ratio['p95']:.2f}x", f"{r.recall_ratio['p99']:.2f}x",
-            f"{r.peak_rss_mb:,.0f}", f"{r.bytes_per_exchange:,.0f}",
+            f"{r.peak_rss_mb:,.0f} ({r.base_rss_mb:,.0f})", f"{r.bytes_per_exchange:,.0f}",
         ])
     emb = ", ".join(sorted({r.embedder for r in rep.results}))
     out = [
