@@ -534,10 +534,11 @@ class PostgresStore(Store):
         if not ids:
             return {}
         with self._conn() as conn:
+            # binary: pgvector's text form would be parsed float by float in Python
             rows = conn.execute(
                 "SELECT item_id, embedding FROM arbormem_vectors "
                 "WHERE user_id = %s AND kind = %s AND item_id = ANY(%s)",
-                (user_id, kind, ids),
+                (user_id, kind, ids), binary=True,
             ).fetchall()
         return {r[0]: np.asarray(r[1].to_numpy(), dtype=np.float32) for r in rows}
 
