@@ -16,6 +16,7 @@ from arbormem.config import Settings
 from arbormem.embed.testing import HashEmbedder
 from arbormem.llm import LLMRunner, OpenAICompatibleLLM
 from arbormem.models import Topic
+from arbormem.organize.enrich import organize_labels
 from tests.support.openai_server import (
     Behaviour,
     ScriptedOpenAIServer,
@@ -66,10 +67,26 @@ def settings() -> Settings:
     return s
 
 
+def good_label(text: str) -> dict[str, Any]:
+    subject = next((name for name, lines in SUBJECTS if any(line in text for line in lines)), "unknown")
+    return {
+        "title": f"LLM title {subject}",
+        "keywords": [subject, "llmkw"],
+        "retrieval_terms": [f"zz{subject}term"],
+        "trigger": f"when the user asks about {subject}",
+        "summary": f"LLM summary of {subject}.",
+    }
+
+
 def label_for(body: dict[str, Any]) -> Behaviour:
     """A well-behaved model: labels name the subject found in the prompt; plans pick T1."""
     system = body["messages"][0]["content"]
     user = body["messages"][-1]["content"]
+    if "You name and summarise several topics" in system:
+        parts = re.split(r"^== (T\d+).*$", user, flags=re.M)
+        return answer_json({"topics": [
+            {"id": handle, **good_label(block)} for handle, block in zip(parts[1::2], parts[2::2], strict=True)
+        ]})
     if "You name and summarise" in system:
         subject = next((name for name, lines in SUBJECTS if lines[0] in user), "unknown")
         return answer_json({
@@ -134,7 +151,8 @@ def test_good_answers_label_frozen_topics(server: ScriptedOpenAIServer) -> None:
         frozen = [t for t in mem.topics(user_id="u") if t.kind == "topic" and t.frozen]
         assert len(frozen) == 4
         report = mem.organize("u")
-        assert (report.candidates, report.labelled, report.failed, report.llm_calls) == (4, 4, 0, 4)
+        # Four frozen topics, labelled four to a call: one LLM call.
+        assert (report.candidates, report.labelled, report.failed, report.llm_calls) == (4, 4, 0, 1)
 
         topics = {t.title: t for t in mem.topics(user_id="u") if t.kind == "topic"}
         for name in ("sourdough", "bicycle", "taxes", "kyoto"):
@@ -149,7 +167,7 @@ def test_good_answers_label_frozen_topics(server: ScriptedOpenAIServer) -> None:
         assert any("LLM title" in t.summary for t in mem.topics(user_id="u") if t.kind == "theme")
         # A second run has nothing to do.
         assert mem.organize("u").llm_calls == 0
-        assert [c.role for c in mem.llm_log()] == ["labeler"] * 4 and all(c.ok for c in mem.llm_log())
+        assert [c.role for c in mem.llm_log()] == ["labeler"] and all(c.ok for c in mem.llm_log())
 
 
 def test_llm_labels_survive_later_writes(server: ScriptedOpenAIServer) -> None:
@@ -213,13 +231,12 @@ def test_every_bad_answer_leaves_the_offline_tree(server: ScriptedOpenAIServer, 
         offline.add_many(items(), user_id="u")
         mem.add_many(items(), user_id="u")
         report = mem.organize("u")
-        assert report.labelled == 0 and report.failed == 3 and report.stopped_early
-        assert report.llm_calls == 3  # a dead endpoint costs max_failures calls per run
+        assert (report.labelled, report.failed, report.llm_calls) == (0, 4, 1)
         assert snapshot(mem) == snapshot(offline)
         for text in stored_texts(mem):
             assert not ERROR_MARKERS.search(text), text
         failures = mem.llm_log(failures_only=True)
-        assert len(failures) == 3 and all(c.role == "labeler" and c.error for c in failures)
+        assert len(failures) == 1 and failures[0].role == "labeler" and failures[0].error
 
         rec = mem.recall("sourdough starter", user_id="u", max_tokens=400)
         ref = offline.recall("sourdough starter", user_id="u", max_tokens=400)
@@ -228,21 +245,36 @@ def test_every_bad_answer_leaves_the_offline_tree(server: ScriptedOpenAIServer, 
         assert snapshot(mem) == snapshot(offline)
 
 
-def test_flaky_endpoint_labels_what_it_can(server: ScriptedOpenAIServer) -> None:
-    # max_retries=1: two 500s fail a topic, None lets the good model answer.
-    answers = iter([http_error(500), http_error(500), None, http_error(500), http_error(500), None])
+def test_a_bad_item_in_a_batch_only_costs_its_own_topic(server: ScriptedOpenAIServer) -> None:
+    def one_bad(body: dict[str, Any]) -> Behaviour:
+        good = json.loads(label_for(body).content or "{}")
+        good["topics"][0]["title"] = "<title>"  # invalid: that topic keeps its offline labels
+        good["topics"].append({**good["topics"][1], "id": "T99"})  # unknown handle: ignored
+        return answer_json(good)
 
-    def flaky(body: dict[str, Any]) -> Behaviour:
-        b = next(answers, None)
-        return b if b is not None else label_for(body)
+    server.responder = one_bad
+    with llm_memory(server) as mem, Memory(":memory:", embedder=HashEmbedder(), settings=settings()) as offline:
+        mem.add_many(items(), user_id="u")
+        offline.add_many(items(), user_id="u")
+        report = mem.organize("u")
+        assert (report.labelled, report.failed, report.llm_calls) == (3, 1, 1)
+        offline_titles = {t.start_seq: t.title for t in offline.topics(user_id="u") if t.kind == "topic"}
+        unlabelled = [t for t in mem.topics(user_id="u") if t.kind == "topic" and t.frozen
+                      and not t.title.startswith("LLM title")]
+        assert len(unlabelled) == 1 and unlabelled[0].title == offline_titles[unlabelled[0].start_seq]
+        server.responder = label_for
+        again = mem.organize("u")  # the failed topic is retried, alone
+        assert (again.candidates, again.labelled, again.llm_calls) == (1, 1, 1)
 
-    server.responder = flaky
+
+def test_a_dead_endpoint_stops_the_run_early(server: ScriptedOpenAIServer) -> None:
+    server.responder = lambda body: http_error(503)
     with llm_memory(server) as mem:
         mem.add_many(items(), user_id="u")
-        report = mem.organize("u")
-        assert (report.labelled, report.failed) == (2, 2)
-        assert mem.organize("u").labelled == 2  # the failed ones are retried on the next run
-        assert sum(t.title.startswith("LLM title") for t in mem.topics(user_id="u")) == 4
+        assert mem.llm is not None
+        report = organize_labels(mem.store, mem.llm, "u", mem.settings.tree, batch=1, max_failures=3)
+        assert (report.candidates, report.failed, report.llm_calls, report.stopped_early) == (4, 3, 3, True)
+        assert len(server.chat_requests) == 6  # 3 calls x (1 + max_retries=1)
 
 
 def test_environment_configures_the_llm(server: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,12 +11,14 @@ from arbormem.llm.roles import (
     analyse_query,
     detail_topic,
     label_topic,
+    label_topics,
     route,
     segment,
     select_topics,
     stable_assignment,
     veto_merge,
 )
+from arbormem.tokens import count_tokens
 from tests.support.openai_server import ScriptedOpenAIServer, answer_json, fenced
 
 NOW = datetime(2024, 5, 15, 12, 0, tzinfo=timezone.utc)
@@ -186,3 +188,37 @@ def test_veto(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:
     assert veto_merge(runner, a, turns(3), b, turns(3, 10)) is None
     assert "leans" not in server.chat_requests[0].system_prompt
     assert "share a broad area" in server.chat_requests[0].system_prompt
+
+
+# -- batch labelling ------------------------------------------------------------------------------
+def item(handle: str, title: str) -> dict:
+    return {"id": handle, "title": title, "keywords": ["k"], "summary": "s"}
+
+
+def test_batch_labels_each_item_on_its_own(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:
+    groups = [("t_a", turns(2, 1, "bread")), ("t_b", turns(2, 3, "bikes")), ("t_c", turns(2, 5, "taxes"))]
+    server.script(answer_json({"topics": [
+        item("T1", "Bread"), item("T2", "<title>"), item("T3", "Taxes"), item("T3", "Again"), item("T7", "Ghost"),
+    ]}))
+    result = label_topics(runner, groups)
+    assert result is not None
+    assert {k: v.title for k, v in result.labels.items()} == {"t_a": "Bread", "t_c": "Taxes"}
+    assert result.rejected == 3  # placeholder, repeated handle, unknown handle
+    prompt = server.chat_requests[0].user_prompt
+    assert prompt.index("== T1") < prompt.index("bread 1") < prompt.index("== T2") < prompt.index("bikes 3")
+    assert server.chat_requests[0].body["max_tokens"] == 220 * 3 + 100
+
+
+def test_batch_with_no_valid_item_is_none(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:
+    server.script(answer_json({"topics": [item("T9", "Ghost")]}), answer_json({"topics": []}))
+    assert label_topics(runner, [("t_a", turns(2))]) is None
+    assert label_topics(runner, [("t_a", turns(2))]) is None
+    assert "no valid label" in (runner.log()[0].error or "")
+
+
+def test_batch_input_is_bounded(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:
+    server.script(answer_json({"topics": [item("T1", "x")]}))
+    huge = [(f"t_{i}", [Turn(j, "word " * 2000, "reply " * 2000, NOW) for j in range(50)]) for i in range(4)]
+    label_topics(runner, huge)
+    # 4 topics x 6 sampled turns x 2 sides x 100 tokens, plus headers: ~5k tokens, not ~800k.
+    assert count_tokens(server.chat_requests[0].user_prompt) < 5_500

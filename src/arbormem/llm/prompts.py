@@ -143,6 +143,32 @@ def label_messages(turns: Sequence[Turn], budget: Budget, *, max_turns: int = 10
     return _msgs(LABEL_SYSTEM, note + _data(render_turns(picked, budget, per_side)))
 
 
+LABEL_BATCH_SYSTEM = f"""You name and summarise several topics of one conversation between a user and an assistant, for a memory system that must later find them again.
+Each topic starts with a line "== <handle>" followed by its exchanges; label each topic only from its own exchanges.
+Return a JSON object with one key "topics": a list with one object per topic, each with these keys:
+- "id": the topic's handle exactly as given.
+- "title": 2 to 8 words naming the specific subject (not a generic word such as "chat" or "question").
+- "keywords": 2 to 8 short keywords or names that identify the subject.
+- "retrieval_terms": 3 to 12 words or short phrases someone might use later when they need this topic, including synonyms not used in the text.
+- "trigger": one sentence describing when this memory would be needed ("when the user ...").
+- "summary": 1 to 3 sentences stating the facts, decisions and open questions of the topic.
+{_LANGUAGE}
+{_DATA}
+{_JSON}"""
+
+
+def label_batch_messages(
+    topics: Sequence[tuple[str, Sequence[Turn]]], budget: Budget, *, max_turns: int = 6, per_side: int = 100,
+) -> list[ChatMessage]:
+    """Several topics in one prompt (one call labels up to ``len(topics)`` topics)."""
+    blocks = []
+    for handle, turns in topics:
+        picked = sample_turns(turns, max_turns)
+        note = f" (showing {len(picked)} of {len(turns)} exchanges)" if len(picked) < len(turns) else ""
+        blocks.append(f"== {handle}{note}\n" + render_turns(picked, budget, per_side))
+    return _msgs(LABEL_BATCH_SYSTEM, _data("\n\n".join(blocks)))
+
+
 # -- detailed summary (tier 2, lazily made and cached by the caller) ---------------------------
 DETAIL_SYSTEM = f"""You write the detailed summary of one topic of a conversation between a user and an assistant.
 Return a JSON object with one key:
@@ -321,6 +347,7 @@ __all__ = [
     "render_card",
     "sample_turns",
     "label_messages",
+    "label_batch_messages",
     "detail_messages",
     "route_messages",
     "segment_messages",

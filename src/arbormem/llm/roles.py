@@ -23,7 +23,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from datetime import date, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -119,6 +119,56 @@ def label_topic(runner: LLMRunner, turns: Sequence[Turn], budget: Budget | None 
     if not turns:
         return None
     return runner.run("labeler", prompts.label_messages(turns, budget or Budget()), TopicLabel)
+
+
+class _RawBatch(_Schema):
+    topics: list[dict[str, Any]] = Field(min_length=1)
+
+
+class TopicLabels(_Schema):
+    """Labels of a batch, by topic id; ``rejected`` counts items that failed validation."""
+
+    labels: dict[str, TopicLabel]
+    rejected: int = 0
+
+
+def label_topics(
+    runner: LLMRunner,
+    topics: Sequence[tuple[str, Sequence[Turn]]],
+    budget: Budget | None = None,
+    *,
+    max_turns: int = 6,
+) -> TopicLabels | None:
+    """Labels for up to a handful of topics in ONE call (amortises the organiser's cost).
+
+    Each item is validated on its own: a well-labelled topic is kept even if another item of
+    the batch is unusable (that topic keeps its offline labels and is retried later). Items
+    naming an unknown or repeated handle are rejected; a batch with no valid item is None.
+    """
+    table = [(f"T{i + 1}", tid, turns) for i, (tid, turns) in enumerate(topics) if turns]
+    if not table:
+        return None
+    ids = {h.casefold(): tid for h, tid, _ in table}
+    msgs = prompts.label_batch_messages([(h, turns) for h, _, turns in table], budget or Budget(), max_turns=max_turns)
+
+    def check(raw: _RawBatch) -> TopicLabels:
+        labels: dict[str, TopicLabel] = {}
+        rejected = 0
+        for item in raw.topics:
+            key = str(item.get("id", "")).strip().casefold() if isinstance(item, dict) else ""
+            tid = ids.get(key)
+            if tid is None or tid in labels:
+                rejected += 1
+                continue
+            try:
+                labels[tid] = TopicLabel.model_validate(item)
+            except ValueError:
+                rejected += 1
+        if not labels:
+            raise InvalidOutput(f"no valid label among {len(raw.topics)} items")
+        return TopicLabels(labels=labels, rejected=rejected)
+
+    return runner.run("labeler", msgs, _RawBatch, max_tokens=220 * len(table) + 100, check=check)
 
 
 class DetailedSummary(_Schema):
@@ -397,6 +447,8 @@ __all__ = [
     "MergeVerdict",
     "Intent",
     "label_topic",
+    "label_topics",
+    "TopicLabels",
     "detail_topic",
     "route",
     "segment",

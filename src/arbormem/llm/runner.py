@@ -19,7 +19,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -27,6 +27,7 @@ from .base import LLM, ChatMessage
 from .validate import InvalidOutput, parse_reply
 
 M = TypeVar("M", bound=BaseModel)
+R = TypeVar("R")
 
 #: Roles and the default number of output tokens each may use. Sized so a well-behaved
 #: answer always fits: a reply cut at max_tokens is rejected, never repaired.
@@ -110,6 +111,18 @@ class LLMRunner:
         return self.llm.name
 
     # -- the one entry point -------------------------------------------------------------------
+    @overload
+    def run(
+        self, role: str, messages: Sequence[ChatMessage], schema: type[M], *,
+        max_tokens: int | None = None, check: None = None,
+    ) -> M | None: ...
+
+    @overload
+    def run(
+        self, role: str, messages: Sequence[ChatMessage], schema: type[M], *,
+        max_tokens: int | None = None, check: Callable[[M], R],
+    ) -> R | None: ...
+
     def run(
         self,
         role: str,
@@ -117,19 +130,19 @@ class LLMRunner:
         schema: type[M],
         *,
         max_tokens: int | None = None,
-        check: Callable[[M], M] | None = None,
-    ) -> M | None:
+        check: Callable[[M], Any] | None = None,
+    ) -> Any:
         """Call the model for ``role``; return the validated object, or None on any failure.
 
         ``check`` runs after schema validation for rules a schema cannot express (ids that
-        must exist in the input, spans that must cover it); it may return a cleaned copy and
-        raises (anything) to reject.
+        must exist in the input, spans that must cover it); it returns the final result (a
+        cleaned copy, or another type) and raises (anything) to reject.
         """
         model = self.models.get(role)
         input_chars = sum(len(m.content) for m in messages)
         raw = ""
         error: str | None = None
-        result: M | None = None
+        result: Any = None
         started = time.perf_counter()
         try:
             reply: object = self.llm.chat(

@@ -7,8 +7,9 @@ topic will not change under the label): title, keywords, retrieval terms, trigge
 Failure behaviour, the property the seeds lacked: a topic's stored labels change only when
 the LLM returned a validated ``TopicLabel``. On any failure the topic keeps exactly its
 offline labels (nothing is written, not even a marker), the failure is in the runner's log,
-and the topic is tried again on a later run. After ``max_failures`` failures in a row a run
-stops early, so a dead endpoint costs a few calls per run, not one per topic.
+and the topic is tried again on a later run. Topics are labelled a few per call (``batch``),
+and after ``max_failures`` failed calls in a row a run stops early, so a dead endpoint costs
+a few calls per run, not one per topic.
 
 The LLM is called outside any store transaction (a slow model must not block writers); the
 label is written in a short transaction afterwards, and only if the topic did not change in
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 from ..config import TreeSettings
 from ..llm.prompts import Budget, TopicCard, Turn
-from ..llm.roles import MergeVerdict, TopicLabel, label_topic, veto_merge
+from ..llm.roles import MergeVerdict, TopicLabel, label_topic, label_topics, veto_merge
 from ..llm.runner import LLMRunner
 from ..models import Exchange
 from ..store.base import Store, TopicRecord
@@ -85,55 +86,68 @@ def organize_labels(
     settings: TreeSettings,
     *,
     limit: int = 50,
+    batch: int = 4,
     min_size: int = 1,
     max_failures: int = 3,
 ) -> EnrichReport:
     """Label up to ``limit`` frozen topics of a user through the LLM (newest first).
 
-    At most ``limit`` LLM calls; each success rewrites one topic's title, keywords and
+    Topics go ``batch`` to a call (``label_topics``), so the organiser costs about
+    topics / batch calls; each validated label rewrites one topic's title, keywords and
     summary (plus retrieval terms and trigger in its metadata and index text).
     """
     budget = Budget()
     todo = [r for r in store.list_topics(user_id) if needs_label(r, min_size)]
     todo.sort(key=lambda r: -(r.end_seq or 0))  # recent topics are the likeliest recalled
+    picked = todo[:limit]
     calls_before = runner.total_calls
     labelled = failed = skipped = streak = 0
     stopped = False
-    for rec in todo[:limit]:
-        members = store.list_exchanges(user_id, topic_id=rec.id, status="completed")
-        turns = to_turns(members)
-        if not turns:
-            skipped += 1
+    for start in range(0, len(picked), max(1, batch)):
+        group: list[tuple[TopicRecord, list[Turn]]] = []
+        for rec in picked[start : start + max(1, batch)]:
+            turns = to_turns(store.list_exchanges(user_id, topic_id=rec.id, status="completed"))
+            if turns:
+                group.append((rec, turns))
+            else:
+                skipped += 1
+        if not group:
             continue
-        label = enrich_topic(runner, turns, budget)
-        if label is None:
-            failed += 1
+        result = label_topics(runner, [(rec.id, turns) for rec, turns in group], budget)
+        if result is None:
+            failed += len(group)
             streak += 1
             if streak >= max_failures:
                 stopped = True
                 break
             continue
         streak = 0
+        failed += sum(1 for rec, _ in group if rec.id not in result.labels)
         with store.transaction(user_id):
             tree = TreeSession(store, user_id, settings)
-            if not tree.set_label(
-                rec.id,
-                expect_size=rec.size,
-                expect_end=rec.end_seq,
-                title=label.title,
-                keywords=list(label.keywords),
-                summary=label.summary,
-                meta={
-                    LABEL_SOURCE: "llm",
-                    "retrieval_terms": list(label.retrieval_terms),
-                    "trigger": label.trigger or "",
-                },
-            ):
-                skipped += 1  # the topic changed while the model was thinking
-                continue
+            for rec, _ in group:
+                label = result.labels.get(rec.id)
+                if label is None:
+                    continue
+                ok = tree.set_label(
+                    rec.id,
+                    expect_size=rec.size,
+                    expect_end=rec.end_seq,
+                    title=label.title,
+                    keywords=list(label.keywords),
+                    summary=label.summary,
+                    meta={
+                        LABEL_SOURCE: "llm",
+                        "retrieval_terms": list(label.retrieval_terms),
+                        "trigger": label.trigger or "",
+                    },
+                )
+                if not ok:
+                    skipped += 1  # the topic changed while the model was thinking
+                    continue
+                labelled += 1
+                store.log_change(user_id, "label", rec.id, {"source": "llm", "model": runner.name, "title": label.title})
             tree.flush()
-            store.log_change(user_id, "label", rec.id, {"source": "llm", "model": runner.name, "title": label.title})
-        labelled += 1
     return EnrichReport(
         user_id=user_id, candidates=len(todo), labelled=labelled, failed=failed, skipped=skipped,
         llm_calls=runner.total_calls - calls_before, stopped_early=stopped,
