@@ -75,9 +75,10 @@ _DDL_LOCK = 1
 _KINDS = ("exchange", "topic")
 _BM25_K1 = 1.2
 _BM25_B = 0.75
-# Text search gathers every posting of the query terms when there are fewer than this many;
-# past it (very common terms in a huge partition) it ranks a candidate set first.
-_POSTINGS_CAP = 20000
+# Text search reads every posting of a query term found in at most this many documents; a
+# term in more documents (low idf in a big partition) only scores the candidates found by
+# the rarer terms (see text_search).
+_POSTINGS_CAP = 5000
 _CANDIDATES = 2000
 _MAX_POSITIONS = 255  # tsvector keeps at most 256 positions per lexeme
 _MAX_LEXEME = 200
@@ -609,7 +610,6 @@ class PostgresStore(Store):
         lexemes = list(dict.fromkeys(t for term in terms for t in tokens(term)))
         if not lexemes or k <= 0:
             return []
-        tsquery = " | ".join(f"'{lex}'" for lex in lexemes)
         with self._conn() as conn:
             stats = conn.execute(
                 "SELECT n_docs, total_len FROM arbormem_text_stats WHERE user_id = %s AND kind = %s",
@@ -618,32 +618,48 @@ class PostgresStore(Store):
             if stats is None or stats[0] <= 0:
                 return []
             n_docs, avgdl = int(stats[0]), max(1.0, stats[1] / stats[0])
-            postings = conn.execute(
-                "SELECT t.item_id, t.doclen, u.lexeme, cardinality(u.positions) "
-                "FROM arbormem_text t CROSS JOIN LATERAL unnest(t.tsv) u "
-                "WHERE t.user_id = %s AND t.kind = %s AND t.tsv @@ %s::tsquery "
-                "AND u.lexeme = ANY(%s) LIMIT %s",
-                (user_id, kind, tsquery, lexemes, _POSTINGS_CAP + 1),
+            # 1. Each term's postings (item, length, term frequency), at most cap+1 per term,
+            #    in one statement: a GIN lookup per term.
+            rows = conn.execute(
+                "SELECT l.lex, p.item_id, p.doclen, p.tf FROM unnest(%s::text[]) AS l(lex) "
+                "CROSS JOIN LATERAL (SELECT t.item_id, t.doclen, (SELECT cardinality(u.positions) "
+                "FROM unnest(t.tsv) u WHERE u.lexeme = l.lex) AS tf FROM arbormem_text t "
+                "WHERE t.user_id = %s AND t.kind = %s AND t.tsv @@ quote_literal(l.lex)::tsquery "
+                "LIMIT %s) p",
+                (lexemes, user_id, kind, _POSTINGS_CAP + 1),
             ).fetchall()
-            if len(postings) <= _POSTINGS_CAP:
-                df = Counter(p[2] for p in postings)
-            else:
-                # Very common terms in a big partition: BM25 over the best candidates by
-                # PostgreSQL's own cover-density rank, with exact document frequencies.
-                df = Counter()
-                for lex in lexemes:
+            by_lex: dict[str, list[tuple[str, int, int]]] = {lex: [] for lex in lexemes}
+            for lex, item_id, doclen, tf in rows:
+                by_lex[lex].append((item_id, doclen, tf or 1))
+            common = [lex for lex, p in by_lex.items() if len(p) > _POSTINGS_CAP]
+            df = Counter({lex: len(p) for lex, p in by_lex.items()})
+            postings = [(i, d, lex, tf) for lex, p in by_lex.items() if lex not in common
+                        for i, d, tf in p]
+            if common:
+                # 2. Terms in more documents than the cap weigh little (low idf): count them
+                #    exactly and score them only on the candidates the rarer terms found (or,
+                #    with no rare term at all, on PostgreSQL's cover-density top candidates).
+                for lex in common:
                     df[lex] = conn.execute(
                         "SELECT count(*) FROM arbormem_text WHERE user_id = %s AND kind = %s "
                         "AND tsv @@ %s::tsquery",
                         (user_id, kind, f"'{lex}'"),
                     ).fetchone()[0]
-                postings = conn.execute(
-                    "WITH c AS (SELECT item_id, doclen, tsv FROM arbormem_text "
-                    "WHERE user_id = %s AND kind = %s AND tsv @@ %s::tsquery "
-                    "ORDER BY ts_rank_cd(tsv, %s::tsquery, 1) DESC LIMIT %s) "
-                    "SELECT c.item_id, c.doclen, u.lexeme, cardinality(u.positions) "
-                    "FROM c CROSS JOIN LATERAL unnest(c.tsv) u WHERE u.lexeme = ANY(%s)",
-                    (user_id, kind, tsquery, tsquery, _CANDIDATES, lexemes),
+                candidates = list({p[0] for p in postings})
+                if not candidates:
+                    tsquery = " | ".join(f"'{lex}'" for lex in common)
+                    candidates = [r[0] for r in conn.execute(
+                        "SELECT item_id FROM arbormem_text WHERE user_id = %s AND kind = %s "
+                        "AND tsv @@ %s::tsquery ORDER BY ts_rank_cd(tsv, %s::tsquery, 1) DESC "
+                        "LIMIT %s",
+                        (user_id, kind, tsquery, tsquery, _CANDIDATES),
+                    ).fetchall()]
+                postings += conn.execute(
+                    "SELECT t.item_id, t.doclen, u.lexeme, cardinality(u.positions) "
+                    "FROM arbormem_text t CROSS JOIN LATERAL unnest(t.tsv) u "
+                    "WHERE t.kind = %s AND t.item_id = ANY(%s) AND t.user_id = %s "
+                    "AND u.lexeme = ANY(%s)",
+                    (kind, candidates, user_id, common),
                 ).fetchall()
             scores: dict[str, float] = {}
             for item_id, doclen, lex, tf in postings:

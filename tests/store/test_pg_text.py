@@ -1,0 +1,38 @@
+"""PostgreSQL lexical search: the path for very common terms ranks like the exact path."""
+
+from __future__ import annotations
+
+import pytest
+
+import arbormem.store.postgres as pg
+from arbormem.models import Exchange
+
+from .test_contract import ex
+
+
+@pytest.fixture
+def store(pg_database: str):
+    s = pg.PostgresStore(pg_database, max_size=2)
+    yield s
+    s.close()
+
+
+def test_common_terms_past_the_postings_cap(store: pg.PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    bodies = [f"garden note {i} " + ("tomato " * (i % 3)) + ("basil" if i in (4, 9) else "") for i in range(30)]
+    for i, body in enumerate(bodies, start=1):
+        e: Exchange = ex("u", i, body)
+        store.insert_exchange(e)
+        store.put_text("u", "exchange", e.id, body)
+    queries = (["garden", "basil"], ["tomato", "basil"], ["garden", "tomato"], ["garden"])
+    exact = {q: store.text_search("u", "exchange", list(q), 5) for q in map(tuple, queries)}
+    monkeypatch.setattr(pg, "_POSTINGS_CAP", 3)  # "garden" and "tomato" are now common terms
+    for q, want in exact.items():
+        got = store.text_search("u", "exchange", list(q), 5)
+        if "basil" in q:  # a rare term: its candidates scored exactly as before
+            assert got[:2] == want[:2]
+            assert {i for i, _ in got[:2]} == {"e_u_5", "e_u_10"}
+        else:  # only common terms: candidates from PostgreSQL's own ranking, same scores
+            assert len(got) == 5
+            scores = dict(want)
+            for item_id, score in got:
+                assert score == pytest.approx(scores.get(item_id, score))
