@@ -24,7 +24,7 @@ from .embed import Embedder, make_embedder
 from .errors import ConfigError, NotFoundError, StateError, ValidationError
 from .llm import LLM, LLMCall, LLMRunner, make_runner
 from .models import Exchange, Hit, Recall, Stats, Topic
-from .organize.enrich import EnrichReport, organize_labels
+from .organize.enrich import EnrichReport, organize_labels, topic_detail
 from .organize.tree import TreeSession, new_id
 from .retrieve.engine import Retriever
 from .retrieve.llm_plan import RecallPlanner
@@ -280,6 +280,15 @@ class Memory:
         if self.llm is None:
             return EnrichReport(user_id=uid, candidates=0, labelled=0, failed=0, skipped=0, llm_calls=0)
         return organize_labels(self.store, self.llm, uid, self.settings.tree, limit=limit)
+
+    def topic_detail(self, topic_id: str, *, user_id: str) -> str | None:
+        """A topic's detailed summary (tier 2): made by the LLM on first request and cached
+        until the topic changes. None without an LLM or when the call fails."""
+        uid = v.user_id(user_id)
+        rec = self.store.get_topic(topic_id) if isinstance(topic_id, str) else None
+        if rec is None or rec.user_id != uid:
+            raise NotFoundError(f"no topic {topic_id!r}")
+        return topic_detail(self.store, self.llm, rec)
 
     def llm_log(self, *, failures_only: bool = False) -> list[LLMCall]:
         """Recent LLM calls (role, model, input size, raw output, error), oldest first."""

@@ -14,6 +14,7 @@ import pytest
 from arbormem import Memory
 from arbormem.config import Settings
 from arbormem.embed.testing import HashEmbedder
+from arbormem.errors import NotFoundError
 from arbormem.llm import LLMRunner, OpenAICompatibleLLM
 from arbormem.models import Topic
 from arbormem.organize.enrich import organize_labels
@@ -96,6 +97,8 @@ def label_for(body: dict[str, Any]) -> Behaviour:
             "trigger": f"when the user asks about {subject}",
             "summary": f"LLM summary of {subject}.",
         })
+    if "You write the detailed summary" in system:
+        return answer_json({"detail": "LLM detail: " + good_label(user)["summary"]})
     if "You plan a memory search" in system:
         return answer_json({"semantic_query": "sourdough starter feeding", "intent": "fact",
                             "time_range": None, "needs_memory": True, "topic_ids": ["T1"]})
@@ -297,3 +300,32 @@ def test_offline_memory_never_calls_anything() -> None:
         report = mem.organize("u")
         assert report.llm_calls == 0 and mem.llm_log() == []
         assert mem.recall("sourdough", user_id="u").trace.notes == ()
+
+
+def test_detailed_summary_is_lazy_and_cached(server: ScriptedOpenAIServer) -> None:
+    server.responder = label_for
+    with llm_memory(server) as mem:
+        mem.add_many(items(), user_id="u")
+        topic = next(t for t in mem.topics(user_id="u") if t.kind == "topic" and t.start_seq == 1)
+        assert server.chat_requests == []  # nothing until someone asks
+        detail = mem.topic_detail(topic.id, user_id="u")
+        assert detail == "LLM detail: LLM summary of sourdough."
+        assert mem.topic_detail(topic.id, user_id="u") == detail
+        assert len(server.chat_requests) == 1  # cached
+        with pytest.raises(NotFoundError):
+            mem.topic_detail(topic.id, user_id="someone-else")
+
+
+def test_failed_detailed_summary_is_none_and_not_cached(server: ScriptedOpenAIServer) -> None:
+    server.responder = lambda body: answer("Error: model overloaded")
+    with llm_memory(server) as mem, Memory(":memory:", embedder=HashEmbedder(), settings=settings()) as offline:
+        mem.add_many(items(), user_id="u")
+        offline.add_many(items(), user_id="u")
+        topic = next(t for t in mem.topics(user_id="u") if t.kind == "topic" and t.start_seq == 1)
+        assert mem.topic_detail(topic.id, user_id="u") is None
+        assert mem.topic_detail(topic.id, user_id="u") is None
+        assert len(server.chat_requests) == 2  # retried on the next request, never cached
+        assert snapshot(mem) == snapshot(offline)
+        assert not any(ERROR_MARKERS.search(t) for t in stored_texts(mem))
+        offline_topic = next(t for t in offline.topics(user_id="u") if t.kind == "topic")
+        assert offline.topic_detail(offline_topic.id, user_id="u") is None

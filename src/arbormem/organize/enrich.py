@@ -23,7 +23,14 @@ from dataclasses import dataclass
 
 from ..config import TreeSettings
 from ..llm.prompts import Budget, TopicCard, Turn
-from ..llm.roles import MergeVerdict, TopicLabel, label_topic, label_topics, veto_merge
+from ..llm.roles import (
+    MergeVerdict,
+    TopicLabel,
+    detail_topic,
+    label_topic,
+    label_topics,
+    veto_merge,
+)
 from ..llm.runner import LLMRunner
 from ..models import Exchange
 from ..store.base import Store, TopicRecord
@@ -154,6 +161,32 @@ def organize_labels(
     )
 
 
+def topic_detail(store: Store, runner: LLMRunner | None, rec: TopicRecord) -> str | None:
+    """The tier-2 detailed summary of a topic (CoMeT): made on first request, then cached.
+
+    Cached in the topic's metadata with the topic's size, so it is remade only after the
+    topic changed. None when there is no LLM or the call failed (nothing is cached then).
+    """
+    if rec.kind != "topic":
+        return None
+    cached = rec.meta.get("detail")
+    if isinstance(cached, str) and cached and rec.meta.get("detail_size") == rec.size:
+        return cached
+    if runner is None:
+        return None
+    turns = to_turns(store.list_exchanges(rec.user_id, topic_id=rec.id, status="completed"))
+    result = detail_topic(runner, rec.title, turns)
+    if result is None:
+        return None
+    with store.transaction(rec.user_id):
+        cur = store.get_topic(rec.id)
+        if cur is not None and cur.size == rec.size:
+            cur.meta["detail"] = result.detail
+            cur.meta["detail_size"] = cur.size
+            store.put_topic(cur)
+    return result.detail
+
+
 def confirm_merge(
     runner: LLMRunner | None,
     a: TopicRecord,
@@ -179,6 +212,7 @@ __all__ = [
     "organize_labels",
     "needs_label",
     "confirm_merge",
+    "topic_detail",
     "to_turns",
     "to_card",
     "LABEL_SOURCE",
