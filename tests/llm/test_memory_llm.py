@@ -329,3 +329,10 @@ def test_failed_detailed_summary_is_none_and_not_cached(server: ScriptedOpenAISe
         assert not any(ERROR_MARKERS.search(t) for t in stored_texts(mem))
         offline_topic = next(t for t in offline.topics(user_id="u") if t.kind == "topic")
         assert offline.topic_detail(offline_topic.id, user_id="u") is None
+
+
+def test_recall_on_an_empty_memory_makes_no_call(server: ScriptedOpenAIServer) -> None:
+    server.responder = label_for
+    with llm_memory(server) as mem:
+        rec = mem.recall("anything about sourdough?", user_id="nobody")
+        assert rec.text == "" and server.chat_requests == []

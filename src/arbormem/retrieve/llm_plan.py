@@ -107,6 +107,8 @@ class RecallPlanner:
 
         store = retriever.store
         directory = self._directory(retriever, user_id, cands, topic_norm, exchanges)
+        if not directory and not cands:
+            return []  # an empty memory: nothing a plan could point at, so no call
         recent = store.list_exchanges(user_id, status="completed", limit=3, newest_first=True)
         turns = [Turn(e.seq, e.user_text, e.assistant_text, e.user_at) for e in reversed(recent)]
         plan = plan_recall(self.runner, query, now, directory, turns,
