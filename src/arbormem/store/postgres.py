@@ -78,8 +78,7 @@ _BM25_B = 0.75
 # Text search reads every posting of a query term found in at most this many documents; a
 # term in more documents (low idf in a big partition) only scores the candidates found by
 # the rarer terms (see text_search).
-_POSTINGS_CAP = 5000
-_CANDIDATES = 2000
+_POSTINGS_CAP = 2000
 _MAX_POSITIONS = 255  # tsvector keeps at most 256 positions per lexeme
 _MAX_LEXEME = 200
 
@@ -148,6 +147,7 @@ class PostgresStore(Store):
         self.timeout = timeout
         self._tx: ContextVar[_Tx | None] = ContextVar(f"arbormem_pg_tx_{id(self)}", default=None)
         self._vector_dims: set[int] = set()
+        self._df_cache: dict[tuple[str, str, str], tuple[int, int]] = {}
         self._closed = False
         self._migrate()
         from psycopg_pool import ConnectionPool
@@ -628,39 +628,37 @@ class PostgresStore(Store):
                 "LIMIT %s) p",
                 (lexemes, user_id, kind, _POSTINGS_CAP + 1),
             ).fetchall()
-            by_lex: dict[str, list[tuple[str, int, int]]] = {lex: [] for lex in lexemes}
+            by_lex: dict[str, dict[str, tuple[int, int]]] = {lex: {} for lex in lexemes}
             for lex, item_id, doclen, tf in rows:
-                by_lex[lex].append((item_id, doclen, tf or 1))
+                by_lex[lex][item_id] = (doclen, tf or 1)
             common = [lex for lex, p in by_lex.items() if len(p) > _POSTINGS_CAP]
             df = Counter({lex: len(p) for lex, p in by_lex.items()})
-            postings = [(i, d, lex, tf) for lex, p in by_lex.items() if lex not in common
-                        for i, d, tf in p]
+            postings = [(i, d, lex, tf) for lex, p in by_lex.items() for i, (d, tf) in p.items()]
             if common:
-                # 2. Terms in more documents than the cap weigh little (low idf): count them
-                #    exactly and score them only on the candidates the rarer terms found (or,
-                #    with no rare term at all, on PostgreSQL's cover-density top candidates).
+                # 2. A term in more documents than the cap weighs little (low idf); reading
+                #    all its postings would make search linear in the partition. Its document
+                #    frequency is counted (and cached while the partition size holds), and it
+                #    scores the documents already read plus those holding every common term.
                 for lex in common:
-                    df[lex] = conn.execute(
-                        "SELECT count(*) FROM arbormem_text WHERE user_id = %s AND kind = %s "
-                        "AND tsv @@ %s::tsquery",
-                        (user_id, kind, f"'{lex}'"),
-                    ).fetchone()[0]
-                candidates = list({p[0] for p in postings})
-                if not candidates:
-                    tsquery = " | ".join(f"'{lex}'" for lex in common)
-                    candidates = [r[0] for r in conn.execute(
-                        "SELECT item_id FROM arbormem_text WHERE user_id = %s AND kind = %s "
-                        "AND tsv @@ %s::tsquery ORDER BY ts_rank_cd(tsv, %s::tsquery, 1) DESC "
-                        "LIMIT %s",
-                        (user_id, kind, tsquery, tsquery, _CANDIDATES),
-                    ).fetchall()]
-                postings += conn.execute(
-                    "SELECT t.item_id, t.doclen, u.lexeme, cardinality(u.positions) "
-                    "FROM arbormem_text t CROSS JOIN LATERAL unnest(t.tsv) u "
-                    "WHERE t.kind = %s AND t.item_id = ANY(%s) AND t.user_id = %s "
-                    "AND u.lexeme = ANY(%s)",
-                    (kind, candidates, user_id, common),
-                ).fetchall()
+                    df[lex] = self._common_df(conn, user_id, kind, lex, n_docs)
+                both = " & ".join(f"'{lex}'" for lex in common)
+                docs = {r[0] for r in conn.execute(
+                    "SELECT item_id FROM arbormem_text WHERE user_id = %s AND kind = %s "
+                    "AND tsv @@ %s::tsquery LIMIT %s",
+                    (user_id, kind, both, max(_POSTINGS_CAP, 4 * int(k))),
+                ).fetchall()}
+                docs.update(i for lex, p in by_lex.items() if lex not in common for i in p)
+                missing = [i for i in docs if any(i not in by_lex[lex] for lex in common)]
+                if missing:
+                    for item_id, doclen, lex, tf in conn.execute(
+                        "SELECT t.item_id, t.doclen, u.lexeme, cardinality(u.positions) "
+                        "FROM arbormem_text t CROSS JOIN LATERAL unnest(t.tsv) u "
+                        "WHERE t.kind = %s AND t.item_id = ANY(%s) AND t.user_id = %s "
+                        "AND u.lexeme = ANY(%s)",
+                        (kind, missing, user_id, common),
+                    ).fetchall():
+                        if item_id not in by_lex[lex]:
+                            postings.append((item_id, doclen, lex, tf))
             scores: dict[str, float] = {}
             for item_id, doclen, lex, tf in postings:
                 n = df[lex]
@@ -681,6 +679,22 @@ class PostgresStore(Store):
             ).fetchall())
         ranked.sort(key=lambda t: (-round(t[1], 9), order.get(t[0], 0), t[0]))
         return ranked[: int(k)]
+
+    def _common_df(self, conn: Any, user_id: str, kind: str, lex: str, n_docs: int) -> int:
+        key = (user_id, kind, lex)
+        hit = self._df_cache.get(key)
+        # a common term's share of documents moves slowly: recount after 10% growth
+        if hit is not None and hit[1] <= n_docs <= hit[1] * 1.1:
+            return hit[0]
+        df = int(conn.execute(
+            "SELECT count(*) FROM arbormem_text WHERE user_id = %s AND kind = %s "
+            "AND tsv @@ %s::tsquery",
+            (user_id, kind, f"'{lex}'"),
+        ).fetchone()[0])
+        if len(self._df_cache) > 10_000:
+            self._df_cache.clear()
+        self._df_cache[key] = (df, n_docs)
+        return df
 
     def delete_index(self, kind: IndexKind, item_id: str) -> None:
         _check_kind(kind)
