@@ -174,8 +174,12 @@ class PostgresStore(Store):
         # UTC so timestamptz values come back in one zone whatever the server's default;
         # iterative HNSW scans so a per-user filter cannot leave a search short of k rows.
         conn.execute("SET TIME ZONE 'UTC'")
-        conn.execute("SET hnsw.iterative_scan = relaxed_order")
         conn.commit()
+        try:
+            conn.execute("SET hnsw.iterative_scan = relaxed_order")
+            conn.commit()
+        except Exception:  # pgvector < 0.8 has no iterative scans: plain HNSW scans then
+            conn.rollback()
 
     def _migrate(self) -> None:
         psycopg = self._psycopg
