@@ -10,6 +10,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as settings_
+from hypothesis import strategies as st
 
 from arbormem import Memory
 from arbormem.config import Settings
@@ -336,3 +339,47 @@ def test_recall_on_an_empty_memory_makes_no_call(server: ScriptedOpenAIServer) -
     with llm_memory(server) as mem:
         rec = mem.recall("anything about sourdough?", user_id="nobody")
         assert rec.text == "" and server.chat_requests == []
+
+
+def _mangle(reply: str, cut: int, mode: str) -> str:
+    if mode == "cut":
+        return reply[: cut % (len(reply) + 1)]
+    if mode == "drop-char":
+        i = cut % max(1, len(reply))
+        return reply[:i] + reply[i + 1 :]
+    if mode == "swap-quotes":
+        return reply.replace('"', "'", 1 + cut % 5)
+    return reply.replace("title", "name", 1 + cut % 3)
+
+
+@settings_(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, 5000), mode=st.sampled_from(["cut", "drop-char", "swap-quotes", "rename"]),
+       noise=st.text(max_size=40))
+def test_any_mangled_answer_stores_offline_or_validated_labels(
+    server: ScriptedOpenAIServer, cut: int, mode: str, noise: str
+) -> None:
+    """Whatever the reply, each topic ends with its offline labels or with values copied
+    verbatim from the JSON the model returned for it — never noise, never a mixture."""
+    replies: list[str] = []
+
+    def mangled(body: dict[str, Any]) -> Behaviour:
+        good = label_for(body).content or ""
+        replies.append(_mangle(good, cut, mode))
+        return answer(noise + replies[-1])
+
+    server.reset()
+    server.responder = mangled
+    with llm_memory(server) as mem, Memory(":memory:", embedder=HashEmbedder(), settings=settings()) as offline:
+        mem.add_many(items(), user_id="u")
+        offline.add_many(items(), user_id="u")
+        mem.organize("u")
+        ref = {t.start_seq: t for t in offline.topics(user_id="u") if t.kind == "topic"}
+        for t in mem.topics(user_id="u"):
+            if t.kind != "topic":
+                continue
+            o = ref[t.start_seq]
+            if (t.title, t.keywords, t.summary) == (o.title, o.keywords, o.summary):
+                continue
+            reply = replies[0]
+            assert all(f'"{v}"' in reply for v in (t.title, t.summary, *t.keywords)), (t, reply)
+            assert not ERROR_MARKERS.search(t.title + t.summary)
