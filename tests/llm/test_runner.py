@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -154,3 +155,27 @@ def test_check_can_reject_a_schema_valid_answer(server: ScriptedOpenAIServer, ru
 def test_empty_input_makes_no_call(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:
     assert label_topic(runner, []) is None
     assert server.chat_requests == [] and runner.total_calls == 0
+
+
+def test_circuit_breaker_skips_a_dead_endpoint_then_retries(server: ScriptedOpenAIServer) -> None:
+    llm = OpenAICompatibleLLM(server.url, "m", timeout=1, max_retries=0)
+    runner = LLMRunner(llm, breaker_failures=2, breaker_cooldown=0.4)
+    server.script(http_error(503), http_error(503), answer_json(LABEL))
+    results = [label_topic(runner, TURNS) for _ in range(5)]
+    assert results == [None] * 5
+    assert len(server.chat_requests) == 2  # the last three never left the process
+    skipped = [c for c in runner.log() if (c.error or "").startswith("skipped")]
+    assert len(skipped) == 3 and runner.total_calls == 2
+    time.sleep(0.45)
+    assert label_topic(runner, TURNS) is not None  # half-open: one try, it works, closed again
+    assert label_topic(runner, TURNS) is None and len(server.chat_requests) == 4  # unscripted 500 counts again
+
+
+def test_bad_answers_do_not_open_the_breaker(server: ScriptedOpenAIServer) -> None:
+    llm = OpenAICompatibleLLM(server.url, "m", timeout=1, max_retries=0)
+    runner = LLMRunner(llm, breaker_failures=2, breaker_cooldown=60)
+    server.script(answer("no json"), refusal(), answer("still no json"), answer_json(LABEL))
+    for _ in range(3):
+        assert label_topic(runner, TURNS) is None
+    assert label_topic(runner, TURNS) is not None
+    assert len(server.chat_requests) == 4

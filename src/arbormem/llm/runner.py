@@ -24,6 +24,7 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel
 
 from .base import LLM, ChatMessage
+from .openai import LLMReplyError
 from .validate import InvalidOutput, parse_reply
 
 M = TypeVar("M", bound=BaseModel)
@@ -78,6 +79,8 @@ class LLMRunner:
     ``models`` maps a role name to a model that overrides the LLM's default for that role;
     ``timeouts`` does the same for the per-request timeout (seconds) — useful to keep the
     recall planner, which a user waits for, much shorter than background summaries.
+    After ``breaker_failures`` endpoint failures in a row (errors, timeouts; not invalid
+    answers) calls are skipped — and logged as skipped — for ``breaker_cooldown`` seconds.
     """
 
     def __init__(
@@ -88,6 +91,8 @@ class LLMRunner:
         timeouts: Mapping[str, float] | None = None,
         log_size: int = 200,
         max_output_chars: int = 4000,
+        breaker_failures: int = 3,
+        breaker_cooldown: float = 30.0,
     ) -> None:
         self.llm = llm
         self.models = dict(models or {})
@@ -97,6 +102,13 @@ class LLMRunner:
         self._calls: Counter[str] = Counter()
         self._failures: Counter[str] = Counter()
         self._lock = threading.Lock()
+        # Circuit breaker: after ``breaker_failures`` endpoint failures in a row (not bad
+        # answers: those prove the server is up), calls are skipped for ``breaker_cooldown``
+        # seconds, so a dead server costs one timeout, not one per recall.
+        self.breaker_failures = breaker_failures
+        self.breaker_cooldown = breaker_cooldown
+        self._down_streak = 0
+        self._open_until = 0.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> LLMRunner:
@@ -140,6 +152,16 @@ class LLMRunner:
         """
         model = self.models.get(role)
         input_chars = sum(len(m.content) for m in messages)
+        wait = self._open_until - time.monotonic()
+        if wait > 0:
+            with self._lock:
+                self._log.append(LLMCall(
+                    role=role, model=model or getattr(self.llm, "model", None), at=datetime.now(timezone.utc),
+                    input_chars=input_chars, output="", duration_ms=0.0,
+                    error=f"skipped: the endpoint failed {self._down_streak} times in a row; "
+                          f"next attempt in {wait:.0f}s",
+                ))
+            return None
         raw = ""
         error: str | None = None
         result: Any = None
@@ -163,6 +185,9 @@ class LLMRunner:
             error = _describe(exc)
             raw = raw or str(getattr(exc, "raw", "") or "")
             result = None
+            self._endpoint_state(up=isinstance(exc, InvalidOutput | LLMReplyError))
+        else:
+            self._endpoint_state(up=True)
         duration = (time.perf_counter() - started) * 1000.0
         self._record(LLMCall(
             role=role,
@@ -174,6 +199,16 @@ class LLMRunner:
             duration_ms=duration,
         ))
         return result
+
+    def _endpoint_state(self, *, up: bool) -> None:
+        with self._lock:
+            if up:
+                self._down_streak = 0
+                self._open_until = 0.0
+                return
+            self._down_streak += 1
+            if self.breaker_failures > 0 and self._down_streak >= self.breaker_failures:
+                self._open_until = time.monotonic() + self.breaker_cooldown
 
     # -- inspection ----------------------------------------------------------------------------
     def _record(self, call: LLMCall) -> None:
