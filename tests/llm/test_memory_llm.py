@@ -383,3 +383,30 @@ def test_any_mangled_answer_stores_offline_or_validated_labels(
             reply = replies[0]
             assert all(f'"{v}"' in reply for v in (t.title, t.summary, *t.keywords)), (t, reply)
             assert not ERROR_MARKERS.search(t.title + t.summary)
+
+
+def test_plan_time_range_and_topic_choice_reach_the_context(server: ScriptedOpenAIServer) -> None:
+    tax_day = (T0 + timedelta(days=2)).date().isoformat()
+
+    def planner(body: dict[str, Any]) -> Behaviour:
+        prompt = body["messages"][-1]["content"]
+        # Pick the directory entry about the bicycle chain, by its handle.
+        handle = next((m.group(1) for m in re.finditer(r"^(T\d+): .*$", prompt, re.M) if "chain" in m.group(0).lower()), None)
+        return answer_json({"semantic_query": "open questions", "intent": "event",
+                            "time_range": {"start": tax_day, "end": tax_day},
+                            "needs_memory": True, "topic_ids": [handle] if handle else []})
+
+    server.responder = planner
+    with llm_memory(server) as mem:
+        mem.add_many(items(), user_id="u")
+        query = "remind me about that thing"  # no word in common with any exchange
+        off = mem.recall(query, user_id="u", max_tokens=150, recent=0, use_llm=False)
+        off_text = " ".join(e.text for e in off.exchanges)
+        assert "chain" not in off_text and "tax" not in off_text  # offline ranking misses both
+        rec = mem.recall(query, user_id="u", max_tokens=150, recent=0)
+        note = next(n for n in rec.trace.notes if n.startswith("llm plan:"))
+        assert f"time={tax_day}..{tax_day}" in note and "topics=1" in note
+        texts = " ".join(e.text for e in rec.exchanges)
+        assert "chain" in texts  # the plan's topic choice
+        assert "tax" in texts  # the plan's time window
+        assert rec.tokens <= 150
