@@ -44,8 +44,15 @@ class RecallSettings(BaseModel):
     max_tokens: int = 1024
     recent: int = 2
     # The recent exchanges never take more than this share of the budget.
-    recent_share: float = 0.15
+    recent_share: float = 0.10
     candidates: int = 60
+    # Weights measured on the LoCoMo development split with `arbormem eval locomo` (ablation
+    # in BENCHMARKS.md); topic-level signals are kept small until segmentation improves.
+    topic_lift: float = 0.1        # an exchange's score x (1 + lift * its topic's relevance)
+    time_boost: float = 1.5        # inside the query's resolved time window
+    multipath_topics: int = 0      # strongest topics whose best exchanges join as candidates
+    neighbours: int = 8            # strongest hits expanded to adjacent turns of their topic
+    topic_share: float = 1.0       # most of the budget one topic may take
 
 
 class Settings(BaseSettings):

@@ -83,7 +83,7 @@ class Retriever:
         exchanges = {e.id: e for e in self.store.get_exchanges(user_id, list(cands))}
         # Multi-path: the best exchanges of the strongest topics join even if the flat indexes
         # missed them (scored by their own similarity to the query inside the topic).
-        best_topics = sorted(topic_norm.items(), key=lambda kv: -kv[1])[:4]
+        best_topics = sorted(topic_norm.items(), key=lambda kv: -kv[1])[: self.s.multipath_topics]
         for tid, tscore in best_topics:
             members = [e for e in self.store.list_exchanges(user_id, topic_id=tid, status="completed")
                        if not e.archived]
@@ -103,9 +103,9 @@ class Retriever:
             if ex is None:
                 continue
             if ex.topic_id in topic_norm:
-                c.score *= 1.0 + 0.5 * topic_norm[ex.topic_id]
+                c.score *= 1.0 + self.s.topic_lift * topic_norm[ex.topic_id]
             if q.time_range is not None and q.time_range[0] <= ex.user_at < q.time_range[1]:
-                c.score *= 1.5
+                c.score *= self.s.time_boost
                 c.sources.add("time")
         timings["fuse"] = (time.perf_counter() - t0) * 1000 - timings["indexes"]
         live = {i: c for i, c in cands.items()
@@ -167,7 +167,7 @@ class Retriever:
 
         # Neighbour expansion around the strongest hits, inside the same topic.
         t0 = time.perf_counter()
-        strongest = sorted(cands.values(), key=lambda c: -c.score)[:8]
+        strongest = sorted(cands.values(), key=lambda c: -c.score)[: self.s.neighbours]
         for c in strongest:
             ex = exchanges[c.ex_id]
             for nb in self.store.list_exchanges(user_id, after_seq=ex.seq - 2, limit=3):
@@ -235,7 +235,7 @@ class Retriever:
             recent_ids.add(ex.id)
         used += recent_used
 
-        cap_per_topic = max(1, int(budget * 0.45))
+        cap_per_topic = max(1, int(budget * self.s.topic_share))
         ranked = sorted(cands.values(), key=lambda c: -c.score)
         for c in ranked:
             if c.ex_id in recent_ids:

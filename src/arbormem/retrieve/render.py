@@ -61,23 +61,24 @@ def message_text(msg: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def render_exchange(ex: Exchange) -> str:
-    """One exchange: date on the first line, one line per message (verbatim content)."""
+def render_exchange(ex: Exchange, dated: bool = True) -> str:
+    """One exchange, one line per message (verbatim content); ``dated`` prefixes its day."""
     lines = _role_lines(ex)
     if not lines:
         return ""
-    lines[0] = f"[{ex.user_at.date().isoformat()}] {lines[0]}"
+    if dated:
+        lines[0] = f"[{ex.user_at.date().isoformat()}] {lines[0]}"
     return "\n".join(lines)
 
 
-def packet_header(path: Sequence[str]) -> str:
-    """``## Theme › Topic`` (repeated titles collapsed: a one-topic theme shares its title)."""
+def packet_header(path: Sequence[str], day: str | None = None) -> str:
+    """``## Theme › Topic (day)``: repeated titles collapsed, the shared day when there is one."""
     parts: list[str] = []
     for p in path:
         if p and (not parts or parts[-1] != p):
             parts.append(p)
     label = " › ".join(parts) or "Topic"
-    return f"## {defuse(label)}"
+    return f"## {defuse(label)}" + (f" ({day})" if day else "")
 
 
 def render(packets: Sequence[tuple[str, Sequence[str]]]) -> str:
