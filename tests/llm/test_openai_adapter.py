@@ -199,3 +199,26 @@ def test_bad_configuration_is_rejected() -> None:
         OpenAICompatibleLLM("http://localhost/v1", "m", concurrency=0)
     with pytest.raises(ConfigError):
         make_runner("gpt-4o")  # type: ignore[arg-type]
+
+
+def test_reasoning_model_parameters_are_adapted(server: ScriptedOpenAIServer, llm: OpenAICompatibleLLM) -> None:
+    server.script(
+        http_error(400, message="Unsupported parameter: 'max_tokens' is not supported with this model. "
+                                "Use 'max_completion_tokens' instead."),
+        http_error(400, message="Unsupported value: 'temperature' does not support 0.0 with this model."),
+        answer("adapted"), answer("still adapted"),
+    )
+    assert llm.chat(HELLO, max_tokens=50, json_mode=True) == "adapted"
+    assert llm.chat(HELLO, max_tokens=60, json_mode=True) == "still adapted"
+    first, second, third, fourth = (r.body for r in server.chat_requests)
+    assert first["max_tokens"] == 50 and "max_completion_tokens" not in first
+    assert second["max_completion_tokens"] == 50 and "max_tokens" not in second and "temperature" in second
+    assert "temperature" not in third and third["response_format"] == {"type": "json_object"}
+    assert fourth["max_completion_tokens"] == 60 and "temperature" not in fourth
+
+
+def test_an_unrelated_bad_request_is_not_retried_forever(server: ScriptedOpenAIServer, llm: OpenAICompatibleLLM) -> None:
+    server.script(*[http_error(400, message="model not loaded")] * 5)
+    with pytest.raises(LLMError, match="HTTP 400"):
+        llm.chat(HELLO, json_mode=True)
+    assert len(server.chat_requests) == 2  # once with JSON mode, once without, then give up

@@ -170,7 +170,9 @@ class OpenAICompatibleLLM(LLM):
 
     ``json_mode`` sends ``response_format={"type": "json_object"}``; servers that reject it
     (LM Studio accepts only ``json_schema``) get the request again without it, and the
-    adapter stops asking — the runner validates the text either way.
+    adapter stops asking — the runner validates the text either way. In the same way a 400
+    about ``max_tokens`` (OpenAI reasoning models) switches to ``max_completion_tokens`` and
+    one about ``temperature`` stops sending it.
     """
 
     def __init__(
@@ -197,6 +199,8 @@ class OpenAICompatibleLLM(LLM):
         )
         self.name = f"openai-compatible:{model}@{safe_endpoint(base_url)}"
         self._json_supported = True
+        self._send_temperature = True
+        self._tokens_param = "max_tokens"
 
     @classmethod
     def from_settings(cls, settings: Any) -> OpenAICompatibleLLM:
@@ -233,30 +237,44 @@ class OpenAICompatibleLLM(LLM):
         payload: dict[str, Any] = {
             "model": model or self.model,
             "messages": [m.to_dict() for m in messages],
-            "max_tokens": max_tokens,
-            "temperature": temperature,
+            self._tokens_param: max_tokens,
         }
+        if self._send_temperature:
+            payload["temperature"] = temperature
         if timeout is not None:
             payload["timeout"] = timeout
-        use_json = json_mode and self._json_supported
-        if use_json:
+        if json_mode and self._json_supported:
+            payload["response_format"] = {"type": "json_object"}
+        # Servers differ in what they accept; a 400 about one optional parameter is answered
+        # by adapting the request (once per parameter) and remembering it for later calls.
+        for _ in range(4):
             try:
-                resp = self.endpoint.call(
-                    "chat",
-                    lambda: self.endpoint.client.chat.completions.create(
-                        **payload, response_format={"type": "json_object"}
-                    ),
-                )
+                resp = self.endpoint.call("chat", lambda: self.endpoint.client.chat.completions.create(**payload))
                 return self._reply_text(resp)
             except LLMError as exc:
                 if not isinstance(exc.__cause__, openai.BadRequestError | openai.UnprocessableEntityError):
                     raise
-                # The server does not do json_object; prompts ask for JSON anyway.
-                self._json_supported = False
-        resp = self.endpoint.call(
-            "chat", lambda: self.endpoint.client.chat.completions.create(**payload)
-        )
-        return self._reply_text(resp)
+                if not self._adapt(payload, str(exc.__cause__).lower()):
+                    raise
+        raise LLMError("chat: the server rejected every variant of the request")
+
+    def _adapt(self, payload: dict[str, Any], message: str) -> bool:
+        """Change the request after a 400 that names an unsupported parameter."""
+        if "max_tokens" in message and "max_tokens" in payload:
+            # OpenAI's reasoning models want max_completion_tokens instead.
+            self._tokens_param = "max_completion_tokens"
+            payload["max_completion_tokens"] = payload.pop("max_tokens")
+            return True
+        if "temperature" in message and "temperature" in payload:
+            self._send_temperature = False  # models that only run at their default
+            del payload["temperature"]
+            return True
+        if "response_format" in payload:
+            # LM Studio and others do not do json_object; the prompts ask for JSON anyway.
+            self._json_supported = False
+            del payload["response_format"]
+            return True
+        return False
 
     @staticmethod
     def _reply_text(resp: Any) -> str:
