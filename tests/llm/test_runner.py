@@ -179,3 +179,10 @@ def test_bad_answers_do_not_open_the_breaker(server: ScriptedOpenAIServer) -> No
         assert label_topic(runner, TURNS) is None
     assert label_topic(runner, TURNS) is not None
     assert len(server.chat_requests) == 4
+
+
+def test_output_budgets_per_role(server: ScriptedOpenAIServer, llm: OpenAICompatibleLLM) -> None:
+    server.script(answer_json(LABEL), answer_json(LABEL))
+    label_topic(LLMRunner(llm), TURNS)
+    label_topic(LLMRunner(llm, max_tokens={"labeler": 3000}), TURNS)
+    assert [r.body["max_tokens"] for r in server.chat_requests] == [500, 3000]

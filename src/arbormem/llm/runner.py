@@ -79,6 +79,8 @@ class LLMRunner:
     ``models`` maps a role name to a model that overrides the LLM's default for that role;
     ``timeouts`` does the same for the per-request timeout (seconds) — useful to keep the
     recall planner, which a user waits for, much shorter than background summaries.
+    ``max_tokens`` raises a role's output budget (reasoning models spend tokens thinking
+    before they answer, and a reply cut at the budget is rejected).
     After ``breaker_failures`` endpoint failures in a row (errors, timeouts; not invalid
     answers) calls are skipped — and logged as skipped — for ``breaker_cooldown`` seconds.
     """
@@ -89,6 +91,7 @@ class LLMRunner:
         *,
         models: Mapping[str, str] | None = None,
         timeouts: Mapping[str, float] | None = None,
+        max_tokens: Mapping[str, int] | None = None,
         log_size: int = 200,
         max_output_chars: int = 4000,
         breaker_failures: int = 3,
@@ -97,6 +100,7 @@ class LLMRunner:
         self.llm = llm
         self.models = dict(models or {})
         self.timeouts = dict(timeouts or {})
+        self.max_tokens = {**ROLE_MAX_TOKENS, **(max_tokens or {})}
         self.max_output_chars = max_output_chars
         self._log: deque[LLMCall] = deque(maxlen=log_size)
         self._calls: Counter[str] = Counter()
@@ -170,7 +174,7 @@ class LLMRunner:
             reply: object = self.llm.chat(
                 messages,
                 model=model,
-                max_tokens=max_tokens or ROLE_MAX_TOKENS.get(role, 400),
+                max_tokens=max(max_tokens or 0, self.max_tokens.get(role, 400)),
                 temperature=0.0,
                 json_mode=True,
                 timeout=self.timeouts.get(role),
