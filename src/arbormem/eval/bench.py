@@ -83,6 +83,7 @@ class BenchReport(_Serializable):
     date: str
     command: str = ""
     notes: tuple[str, ...] = field(default=())
+    version: str = ""
 
 
 # -- workloads --------------------------------------------------------------------------------
@@ -359,7 +360,7 @@ def run_bench(
 
     ``embedder`` (an Embedder instance) is only used in-process (``isolate=False``).
     """
-    from .runner import machine_description
+    from .runner import code_version, machine_description
 
     results = []
     for cfg in configs:
@@ -378,6 +379,7 @@ def run_bench(
         results=tuple(results),
         machine=machine_description(),
         date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        version=code_version(),
     )
 
 
@@ -389,7 +391,7 @@ def load_report(path: str | Path) -> BenchReport:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         results = tuple(BenchResult(**r) for r in data["results"])
         return BenchReport(results, data["machine"], data["date"], data.get("command", ""),
-                           tuple(data.get("notes", ())))
+                           tuple(data.get("notes", ())), data.get("version", ""))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: not a bench report: {exc}") from exc
 
@@ -405,7 +407,7 @@ def merge_reports(new: BenchReport, older: Sequence[BenchReport]) -> BenchReport
             have.update((r.workload, r.size) for r in extra)
             results.extend(extra)
             which = ", ".join(f"{r.workload} {r.size:,}" for r in extra)
-            notes.append(f"Rows {which}: run of {rep.date} on {rep.machine}"
+            notes.append(f"Rows {which}: run of {rep.date}, arbormem {rep.version or '?'}, on {rep.machine}"
                          + (f" (`{rep.command}`)." if rep.command else "."))
     results.sort(key=lambda r: (WORKLOADS.index(r.workload) if r.workload in WORKLOADS else 99, r.size))
     return replace(new, results=tuple(results), notes=tuple(notes))

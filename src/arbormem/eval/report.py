@@ -51,7 +51,8 @@ def locomo_markdown(rep: LocomoReport) -> str:
         f"### LoCoMo evidence recall by token budget ({rep.conversations} conversations, "
         f"{rep.exchanges} exchanges, {rep.questions} questions of categories 1-4)",
         "",
-        f"Embedder `{rep.embedder}`; tokens counted with cl100k_base; {rep.machine}; {rep.date}.",
+        f"arbormem {rep.version}; embedder `{rep.embedder}`; tokens counted with cl100k_base; "
+        f"{rep.machine}; {rep.date}.",
         "",
         "Evidence recall (share of evidence turns verbatim in the context):",
         "",
@@ -150,7 +151,8 @@ def bench_markdown(rep: BenchReport) -> str:
     out = [
         "### arbormem bench",
         "",
-        f"Embedder `{emb}`; {rep.machine}; {rep.date}." + (f" Command: `{rep.command}`." if rep.command else ""),
+        f"arbormem {rep.version}; embedder `{emb}`; {rep.machine}; {rep.date}."
+        + (f" Command: `{rep.command}`." if rep.command else ""),
         "",
         _table(head, rows),
         "",

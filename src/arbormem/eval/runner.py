@@ -123,6 +123,7 @@ class LocomoReport(_Serializable):
     seconds: float
     machine: str
     date: str
+    version: str = ""
     results: tuple[QuestionResult, ...] = field(default=(), repr=False)
 
     def score(self, system: str, budget: int, category: int | None = None) -> Score:
@@ -159,6 +160,28 @@ def machine_description() -> str:
     import os
 
     return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def code_version() -> str:
+    """arbormem's version, plus the git commit (and "+dirty") when run from a checkout."""
+    import subprocess
+    from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
+
+    try:
+        out = version("arbormem")
+    except PackageNotFoundError:
+        out = "unknown"
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
+                             text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."],
+                               cwd=here.parent, capture_output=True, text=True, timeout=5,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return out
+    return f"{out} (git {sha}{'+dirty' if dirty else ''})" if sha else out
 
 
 def ingest_conversation(mem: Memory, conv: Conversation, user_id: str) -> list[Unit]:
@@ -296,6 +319,7 @@ def run_locomo(
         seconds=time.perf_counter() - t_start,
         machine=machine_description(),
         date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        version=code_version(),
         results=tuple(results),
     )
 
