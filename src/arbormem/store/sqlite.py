@@ -246,6 +246,13 @@ class SQLiteStore(Store):
         return int(self._exec("SELECT last_seq FROM user_state WHERE user_id = ?", (user_id,)).fetchone()[0])
 
     def insert_exchange(self, ex: Exchange) -> None:
+        # Keep the counter past any sequence inserted directly (store copies, imports), so
+        # next_seq never hands out a number already taken.
+        self._exec(
+            "INSERT INTO user_state (user_id, last_seq) VALUES (?, ?) "
+            "ON CONFLICT (user_id) DO UPDATE SET last_seq = MAX(last_seq, excluded.last_seq)",
+            (ex.user_id, ex.seq),
+        )
         self._exec(
             f"INSERT INTO exchanges ({self._EX_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
@@ -512,7 +519,10 @@ class SQLiteStore(Store):
         row = self._exec("SELECT user_id FROM vectors WHERE kind = ? AND item_id = ?", (kind, item_id)).fetchone()
         if row is not None:
             self._exec("DELETE FROM vectors WHERE kind = ? AND item_id = ?", (kind, item_id))
-            self._exec("UPDATE user_state SET del_gen = del_gen + 1 WHERE user_id = ?", (row[0],))
+            self._exec(
+                "INSERT INTO user_state (user_id, del_gen) VALUES (?, 1) "
+                "ON CONFLICT (user_id) DO UPDATE SET del_gen = del_gen + 1", (row[0],),
+            )
 
     # -- term statistics ---------------------------------------------------------------------------
     def add_term_df(self, user_id: str, terms: Sequence[str], delta: int = 1) -> None:
