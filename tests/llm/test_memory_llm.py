@@ -410,3 +410,25 @@ def test_plan_time_range_and_topic_choice_reach_the_context(server: ScriptedOpen
         assert "chain" in texts  # the plan's topic choice
         assert "tax" in texts  # the plan's time window
         assert rec.tokens <= 150
+
+
+def test_writes_are_not_blocked_while_the_organiser_waits_for_the_model(server: ScriptedOpenAIServer, tmp_path) -> None:
+    import threading
+    import time
+
+    server.responder = lambda body: slow(1.0, label_for(body))
+    client = OpenAICompatibleLLM(server.url, "test-model", timeout=5, max_retries=0)
+    with Memory(tmp_path / "m.db", embedder=HashEmbedder(), llm=client, settings=settings()) as mem:
+        mem.add_many(items(), user_id="u")
+        reports = []
+        worker = threading.Thread(target=lambda: reports.append(mem.organize("u")))
+        worker.start()
+        time.sleep(0.2)  # the organiser is now waiting for the slow model
+        t0 = time.perf_counter()
+        ex = mem.begin("New question about piano pedals", user_id="u", session_id="s4")
+        mem.complete(ex.id, "Use the sustain pedal sparingly.")
+        elapsed = time.perf_counter() - t0
+        worker.join()
+        assert elapsed < 0.5, elapsed  # not serialised behind the 1 s model call
+        assert reports[0].labelled == 4
+        assert mem.get(ex.id).status == "completed"
