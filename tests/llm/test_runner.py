@@ -186,3 +186,10 @@ def test_output_budgets_per_role(server: ScriptedOpenAIServer, llm: OpenAICompat
     label_topic(LLMRunner(llm), TURNS)
     label_topic(LLMRunner(llm, max_tokens={"labeler": 3000}), TURNS)
     assert [r.body["max_tokens"] for r in server.chat_requests] == [500, 3000]
+
+
+def test_clear_log_forgets_outputs_but_keeps_counts(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:
+    server.script(answer_json(LABEL))
+    label_topic(runner, TURNS)
+    runner.clear_log()
+    assert runner.log() == [] and runner.counts() == {"labeler": 1}

@@ -231,6 +231,11 @@ class LLMRunner:
             if (not failures_only or c.error is not None) and (role is None or c.role == role)
         ]
 
+    def clear_log(self) -> None:
+        """Forget the recorded calls (their raw outputs hold users' data); counts stay."""
+        with self._lock:
+            self._log.clear()
+
     def counts(self) -> dict[str, int]:
         """Calls made per role since the runner was created (not bounded like the log)."""
         with self._lock:
