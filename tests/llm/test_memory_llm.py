@@ -432,3 +432,39 @@ def test_writes_are_not_blocked_while_the_organiser_waits_for_the_model(server: 
         assert elapsed < 0.5, elapsed  # not serialised behind the 1 s model call
         assert reports[0].labelled == 4
         assert mem.get(ex.id).status == "completed"
+
+
+def test_non_english_conversation_round_trips(server: ScriptedOpenAIServer) -> None:
+    convo = [
+        ("s0", "京都の紅葉はいつが見頃ですか？", "十一月の中旬から下旬が見頃です。"),
+        ("s0", "嵐山にも行きたいです。", "朝早く行くと混雑を避けられます。"),
+        ("s1", "Wie füttere ich meinen Sauerteig?", "Zweimal täglich mit Roggenmehl."),
+        ("s2", "¿Cuándo vence la declaración de la renta?", "A finales de junio."),
+    ]
+
+    def labels(body: dict[str, Any]) -> Behaviour:
+        prompt = body["messages"][-1]["content"]
+        parts = re.split(r"^== (T\d+).*$", prompt, flags=re.M)
+        out = []
+        for handle, block in zip(parts[1::2], parts[2::2], strict=True):
+            if "京都" in block:
+                out.append({"id": handle, "title": "京都の紅葉旅行", "keywords": ["京都", "紅葉", "嵐山"],
+                            "summary": "十一月に京都で紅葉を見る計画。"})
+            else:
+                out.append({"id": handle, "title": "Sauerteig füttern", "keywords": ["Sauerteig"],
+                            "summary": "Zweimal täglich füttern."})
+        return answer_json({"topics": out})
+
+    server.responder = labels
+    with llm_memory(server) as mem:
+        mem.add_many([{"messages": [{"role": "user", "content": u}, {"role": "assistant", "content": a}],
+                       "session_id": s, "at": (T0 + timedelta(hours=i)).isoformat()}
+                      for i, (s, u, a) in enumerate(convo)], user_id="u")
+        report = mem.organize("u")
+        assert report.labelled == 2
+        prompt = server.chat_requests[0].body["messages"][-1]["content"]
+        assert "京都の紅葉はいつが見頃ですか？" in prompt and "Wie füttere ich meinen Sauerteig?" in prompt
+        titles = {t.title for t in mem.topics(user_id="u") if t.kind == "topic"}
+        assert {"京都の紅葉旅行", "Sauerteig füttern"} <= titles
+        kyoto = next(t for t in mem.topics(user_id="u") if t.title == "京都の紅葉旅行")
+        assert kyoto.keywords == ("京都", "紅葉", "嵐山") and kyoto.summary == "十一月に京都で紅葉を見る計画。"
