@@ -78,7 +78,7 @@ _BM25_B = 0.75
 # Text search reads every posting of a query term found in at most this many documents; a
 # term in more documents (low idf in a big partition) only scores the candidates found by
 # the rarer terms (see text_search).
-_POSTINGS_CAP = 2000
+_POSTINGS_CAP = 1000
 _MAX_POSITIONS = 255  # tsvector keeps at most 256 positions per lexeme
 _MAX_LEXEME = 200
 
@@ -622,54 +622,86 @@ class PostgresStore(Store):
             if stats is None or stats[0] <= 0:
                 return []
             n_docs, avgdl = int(stats[0]), max(1.0, stats[1] / stats[0])
-            # 1. Each term's postings (item, length, term frequency), at most cap+1 per term,
-            #    in one statement: a GIN lookup per term.
-            rows = conn.execute(
-                "SELECT l.lex, p.item_id, p.doclen, p.tf FROM unnest(%s::text[]) AS l(lex) "
-                "CROSS JOIN LATERAL (SELECT t.item_id, t.doclen, (SELECT cardinality(u.positions) "
-                "FROM unnest(t.tsv) u WHERE u.lexeme = l.lex) AS tf FROM arbormem_text t "
-                "WHERE t.user_id = %s AND t.kind = %s AND t.tsv @@ quote_literal(l.lex)::tsquery "
-                "LIMIT %s) p",
-                (lexemes, user_id, kind, _POSTINGS_CAP + 1),
-            ).fetchall()
-            by_lex: dict[str, dict[str, tuple[int, int]]] = {lex: {} for lex in lexemes}
-            for lex, item_id, doclen, tf in rows:
-                by_lex[lex][item_id] = (doclen, tf or 1)
-            common = [lex for lex, p in by_lex.items() if len(p) > _POSTINGS_CAP]
-            df = Counter({lex: len(p) for lex, p in by_lex.items()})
-            postings = [(i, d, lex, tf) for lex, p in by_lex.items() for i, (d, tf) in p.items()]
+            # 1. How many documents hold each term, counted up to cap+1. One branch per term
+            #    with the term as a constant, so the planner sees its selectivity and takes
+            #    the GIN index (a lateral join over an array of terms hid it and scanned the
+            #    whole partition per term).
+            q = "'{}'"
+            union = " UNION ALL ".join(
+                "SELECT %s::text, (SELECT count(*) FROM (SELECT 1 FROM arbormem_text "
+                "WHERE user_id = %s AND kind = %s AND tsv @@ %s::tsquery LIMIT %s) s)"
+                for _ in lexemes
+            )
+            params: list[Any] = []
+            for lex in lexemes:
+                params += [lex, user_id, kind, q.format(lex), _POSTINGS_CAP + 1]
+            capped = dict(conn.execute(union, params, prepare=False).fetchall())
+            rare = [lex for lex in lexemes if 0 < capped[lex] <= _POSTINGS_CAP]
+            common = [lex for lex in lexemes if capped[lex] > _POSTINGS_CAP]
+            df = Counter({lex: int(capped[lex]) for lex in rare})
+            # 2. Every posting of the rare terms, with its term frequency.
+            postings: list[tuple[str, int, str, int]] = []
+            if rare:
+                union = " UNION ALL ".join(
+                    "SELECT t.item_id, t.doclen, u.lexeme, cardinality(u.positions) "
+                    "FROM arbormem_text t CROSS JOIN LATERAL unnest(t.tsv) u "
+                    "WHERE t.user_id = %s AND t.kind = %s AND t.tsv @@ %s::tsquery AND u.lexeme = %s"
+                    for _ in rare
+                )
+                params = []
+                for lex in rare:
+                    params += [user_id, kind, q.format(lex), lex]
+                postings = conn.execute(union, params, prepare=False).fetchall()
+            def idf(lex: str) -> float:
+                # Lucene's BM25 idf (always positive); document stats are per user and kind
+                n = df[lex]
+                return math.log((n_docs - n + 0.5) / (n + 0.5) + 1.0)
+
+            def add(scores: dict[str, float], rows: Sequence[tuple[str, int, str, int]]) -> None:
+                for item_id, doclen, lex, tf in rows:
+                    norm = tf + _BM25_K1 * (1.0 - _BM25_B + _BM25_B * doclen / avgdl)
+                    scores[item_id] = scores.get(item_id, 0.0) + idf(lex) * tf * (_BM25_K1 + 1.0) / norm
+
+            scores: dict[str, float] = {}
+            add(scores, postings)
             if common:
-                # 2. A term in more documents than the cap weighs little (low idf); reading
-                #    all its postings would make search linear in the partition. Its document
-                #    frequency is counted (and cached while the partition size holds), and it
-                #    scores the documents already read plus those holding every common term.
+                # 3. A term in more documents than the cap weighs little (low idf); reading all
+                #    its postings would make search linear in the partition. Its document
+                #    frequency is counted (and cached while the partition size holds). As in
+                #    MaxScore, a document can gain at most idf * (k1 + 1) per common term, so
+                #    only documents whose rare-term score plus that bound reaches the k-th best
+                #    rare-term score are rescored — exact when the rare terms found k
+                #    documents. Documents holding every common term join the candidates
+                #    (topped up from the rarest common term while there are fewer than 4k).
                 for lex in common:
                     df[lex] = self._common_df(conn, user_id, kind, lex, n_docs)
-                both = " & ".join(f"'{lex}'" for lex in common)
-                docs = {r[0] for r in conn.execute(
-                    "SELECT item_id FROM arbormem_text WHERE user_id = %s AND kind = %s "
-                    "AND tsv @@ %s::tsquery LIMIT %s",
-                    (user_id, kind, both, max(_POSTINGS_CAP, 4 * int(k))),
-                ).fetchall()}
-                docs.update(i for lex, p in by_lex.items() if lex not in common for i in p)
-                missing = [i for i in docs if any(i not in by_lex[lex] for lex in common)]
-                if missing:
-                    for item_id, doclen, lex, tf in conn.execute(
+                bound = sum(idf(lex) for lex in common) * (_BM25_K1 + 1.0)
+                partial = sorted(scores.values(), reverse=True)
+                kth = partial[k - 1] if len(partial) >= k else 0.0
+                docs = {i for i, sc in scores.items() if sc + bound >= kth}
+                want = max(4 * int(k), 50)
+                if bound >= kth:
+                    tsqs = [" & ".join(f"'{lex}'" for lex in common)]
+                    if len(common) > 1:
+                        tsqs += [f"'{lex}'" for lex in sorted(common, key=lambda x: df[x])]
+                    found: set[str] = set()
+                    for n, tsq in enumerate(tsqs):
+                        if n and len(found) >= want:
+                            break
+                        found.update(r[0] for r in conn.execute(
+                            "SELECT item_id FROM arbormem_text WHERE user_id = %s AND kind = %s "
+                            "AND tsv @@ %s::tsquery LIMIT %s",
+                            (user_id, kind, tsq, want),
+                        ).fetchall())
+                    docs |= found
+                if docs:
+                    add(scores, conn.execute(
                         "SELECT t.item_id, t.doclen, u.lexeme, cardinality(u.positions) "
                         "FROM arbormem_text t CROSS JOIN LATERAL unnest(t.tsv) u "
                         "WHERE t.kind = %s AND t.item_id = ANY(%s) AND t.user_id = %s "
                         "AND u.lexeme = ANY(%s)",
-                        (kind, missing, user_id, common),
-                    ).fetchall():
-                        if item_id not in by_lex[lex]:
-                            postings.append((item_id, doclen, lex, tf))
-            scores: dict[str, float] = {}
-            for item_id, doclen, lex, tf in postings:
-                n = df[lex]
-                # Lucene's BM25 idf (always positive); document stats are per user and kind
-                idf = math.log((n_docs - n + 0.5) / (n + 0.5) + 1.0)
-                norm = tf + _BM25_K1 * (1.0 - _BM25_B + _BM25_B * doclen / avgdl)
-                scores[item_id] = scores.get(item_id, 0.0) + idf * tf * (_BM25_K1 + 1.0) / norm
+                        (kind, list(docs), user_id, common),
+                    ).fetchall())
             ranked = sorted(scores.items(), key=lambda t: -t[1])
             if len(ranked) > k:
                 # keep every item tied with the last one kept, for the tie-break below
