@@ -96,9 +96,8 @@ def demo(db: str, embedder: str | None, max_tokens: int, question: str | None,
         if mem.store.count_exchanges(user)["completed"] == 0:
             mem.add_many(data["exchanges"], user_id=user)
         t_ingest = time.perf_counter() - t0
-        organize = getattr(mem, "organize", None)
-        if llm is not None and callable(organize):
-            organize(user_id=user)
+        if llm is not None:
+            mem.organize(user)
         root = mem.tree(user_id=user)
         t1 = time.perf_counter()
         r = mem.recall(question, user_id=user, max_tokens=max_tokens)
@@ -117,14 +116,38 @@ def demo(db: str, embedder: str | None, max_tokens: int, question: str | None,
         click.echo(r.text)
         click.secho(f"\nCost: {r.tokens} tokens vs {full} for the full transcript "
                     f"({100 * r.tokens / max(full, 1):.0f}%).", bold=True)
+        if llm is not None:
+            click.echo(f"LLM: {llm.total_calls} calls, {len(mem.llm_log(failures_only=True))} failed")
 
 
 def _make_llm(base_url: str, model: str) -> Any:
-    try:
-        from .llm.openai import OpenAILLM  # type: ignore[attr-defined]
-    except ImportError as exc:  # the LLM layer is optional
-        raise click.ClickException(f"LLM support unavailable: {exc}") from exc
-    return OpenAILLM(base_url=base_url, model=model)
+    from .config import Settings
+    from .llm import LLMRunner
+    from .llm.openai import OpenAICompatibleLLM
+
+    s = Settings().llm
+    key = s.api_key.get_secret_value() if s.api_key is not None else None
+    return LLMRunner(OpenAICompatibleLLM(base_url, model, api_key=key, timeout=s.timeout,
+                                         max_retries=s.max_retries, concurrency=s.concurrency))
+
+
+@main.command(help="Label and summarise frozen topics through the configured LLM.")
+@db_option
+@user_option
+@embedder_option
+@click.option("--limit", default=50, show_default=True, help="At most this many topics.")
+@json_option
+@_errors
+def organize(db: str | None, user_id: str, embedder: str | None, limit: int, as_json: bool) -> None:
+    with _memory(db, embedder) as mem:
+        if mem.llm is None:
+            raise click.ClickException("no LLM: set ARBORMEM_LLM__BASE_URL and ARBORMEM_LLM__MODEL")
+        r = mem.organize(user_id, limit=limit)
+        fails = [c.to_dict() for c in mem.llm_log(failures_only=True)]
+    if as_json:
+        _print_json({**r.to_dict(), "failures": fails})
+    else:
+        click.echo(f"labelled {r.labelled}/{r.candidates} topics with {r.llm_calls} LLM calls ({r.failed} failed)")
 
 
 @main.command("import", help="Import exchanges from a JSON list or JSONL file (one exchange per line).")

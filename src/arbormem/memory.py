@@ -395,7 +395,10 @@ class Memory:
 
     def delete_user(self, user_id: str) -> int:
         """Delete every exchange, topic, index entry and log row of a user; returns the count."""
-        return self.store.delete_user(v.user_id(user_id))
+        n = self.store.delete_user(v.user_id(user_id))
+        if self.llm is not None:  # the LLM call log may quote the user's text
+            self.llm.clear_log()
+        return n
 
 
 def _topic(rec: TopicRecord, depth: int, path: tuple[str, ...], children: tuple[Topic, ...]) -> Topic:

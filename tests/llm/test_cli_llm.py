@@ -25,10 +25,8 @@ def model(body: dict[str, Any]) -> Behaviour:
 
 # cli._make_llm imports a class that llm/openai.py does not define (OpenAILLM); the fix is one
 # function (see docs/llm.md / the issue-5 report). Drop this marker once it is in.
-pending_cli_fix = pytest.mark.xfail(reason="cli._make_llm still imports OpenAILLM", strict=False)
 
 
-@pending_cli_fix
 def test_demo_with_an_llm(server: ScriptedOpenAIServer) -> None:
     server.responder = model
     res = CliRunner().invoke(main, ["demo", "--embedder", "hash", "--json",
@@ -41,7 +39,6 @@ def test_demo_with_an_llm(server: ScriptedOpenAIServer) -> None:
     assert {r.body["model"] for r in server.chat_requests} == {"demo-model"}
 
 
-@pending_cli_fix
 def test_demo_with_a_broken_llm_still_works(server: ScriptedOpenAIServer) -> None:
     server.responder = lambda body: http_error(500)
     res = CliRunner().invoke(main, ["demo", "--embedder", "hash", "--json",

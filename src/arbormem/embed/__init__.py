@@ -8,13 +8,18 @@ __all__ = ["Embedder", "CallableEmbedder", "check_vectors", "make_embedder"]
 
 
 def make_embedder(spec: str | Embedder | None, *, threads: int = 1, batch_size: int = 64) -> Embedder:
-    """Build an embedder from a spec: an Embedder, "local", "hash", or a model folder path."""
+    """Build an embedder from a spec: an Embedder, "local", "hash", "openai:MODEL@URL" or a model folder."""
     if isinstance(spec, Embedder):
         return spec
     if spec is None or spec == "local":
         from .local import LocalEmbedder
 
         return LocalEmbedder(threads=threads, batch_size=batch_size)
+    if spec.startswith("openai:"):  # "openai:MODEL@BASE_URL"
+        from .openai import OpenAIEmbedder
+
+        model, _, url = spec[7:].partition("@")
+        return OpenAIEmbedder(url, model)
     if spec == "hash" or spec.startswith("hash:"):
         from .testing import HashEmbedder
 
