@@ -107,12 +107,12 @@ def test_next_seq_is_unique_under_threads(store_factory: Callable[[], Store]) ->
     assert [e.seq for e in stores[0].list_exchanges("u")] == list(range(1, 61))
 
 
-def test_insert_raises_counter_past_imported_seq(store: Store, backend: str) -> None:
+def test_insert_raises_counter_past_imported_seq(store: Store) -> None:
     # An imported or migrated memory must continue after its highest sequence number.
     store.insert_exchange(ex("u", 41))
-    if backend == "sqlite" and store.next_seq("u") != 42:
-        pytest.xfail("SQLiteStore.insert_exchange does not raise user_state.last_seq yet")
-    assert store.next_seq("u") in (42, 43)  # 43 when the xfail probe above consumed 42
+    assert store.next_seq("u") == 42
+    store.insert_exchange(ex("u", 7, ex_id="late"))  # a lower seq never lowers the counter
+    assert store.next_seq("u") == 43
 
 
 # -- exchanges -----------------------------------------------------------------------------------
@@ -234,15 +234,12 @@ def test_vectors_upsert_and_partitioning(store: Store) -> None:
     assert store.vector_search("nobody", "exchange", unit(1, 0, 0), 10) == []
 
 
-def test_delete_index_drops_a_searched_vector(store: Store, backend: str) -> None:
+def test_delete_index_drops_a_searched_vector(store: Store) -> None:
     store.put_vectors("u", "exchange", ["a", "b"], np.stack([unit(1, 0, 0), unit(0, 1, 0)]))
     assert len(store.vector_search("u", "exchange", unit(1, 0, 0), 10)) == 2  # now cached
     store.delete_index("exchange", "b")
     assert store.get_vectors("u", "exchange", ["b"]) == {}
-    found = {i for i, _ in store.vector_search("u", "exchange", unit(1, 0, 0), 10)}
-    if backend == "sqlite" and found == {"a", "b"}:
-        pytest.xfail("SQLiteStore bumps user_state.del_gen with an UPDATE: no row, no cache reset")
-    assert found == {"a"}
+    assert {i for i, _ in store.vector_search("u", "exchange", unit(1, 0, 0), 10)} == {"a"}
 
 
 # -- full text -----------------------------------------------------------------------------------
