@@ -15,10 +15,10 @@ Design, and why:
   different users proceed in parallel. The transaction's connection is kept in a context
   variable, so every store call in the block (and a nested ``transaction``) runs on it.
 * **Sequence numbers** come from a per-user counter row (``arbormem_users.last_seq``) bumped
-  by one ``UPDATE ... RETURNING``: the row lock alone makes allocation safe, the advisory lock
-  makes "allocate, then insert" atomic with the rest of the write. Inserting an exchange
-  raises the counter to at least its ``seq``, so imported or migrated memories continue
-  where they left off.
+  by one ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``: the row lock alone makes
+  allocation safe, the advisory lock makes "allocate, then insert" atomic with the rest of the
+  write. Inserting an exchange raises the counter to at least its ``seq``, so imported or
+  migrated memories continue where they left off.
 * **Per-user partitioning**: every query on user data filters on ``user_id``; the lookups
   by id alone (``get_exchange``, ``get_topic``, ``delete_*``) use globally unique ids.
 * **Vectors** live in one dimension-less ``vector`` column; the dimension is only known at
@@ -32,14 +32,21 @@ Design, and why:
 * **Lexical search**: a ``tsvector`` + GIN index, with tokens made by arbormem (Unicode words,
   lower-cased, diacritics stripped — FTS5 ``unicode61``'s rules) rather than a server text
   search configuration, so results do not depend on the server locale or language. Ranking
-  is BM25 (k1=1.2, b=0.75) from stored term positions and per-(user, kind) document stats,
-  as SQLite's FTS5 ranks.
+  is BM25 (k1=1.2, b=0.75, Lucene's idf) from stored term positions and per-(user, kind)
+  document stats. Every posting of a term found in at most ``_POSTINGS_CAP`` documents is
+  read; a more common term (low idf) only rescores the documents that can still reach the
+  top k (a MaxScore bound), so the cost of a search stops growing with the partition: exact
+  whenever the rarer terms find k documents, and 0.96 overlap@10 with exact BM25 on the
+  100k-exchange synthetic bench otherwise. Equal scores rank oldest first, as in FTS5.
 * **Timestamps** are ``timestamptz``: aware datetimes round-trip as the same instant (returned
   in UTC); naive datetimes are taken to be UTC.
 
-Async: ``AsyncMemory`` runs store calls in a worker thread (``asyncio.to_thread``); that is
-safe here because each thread gets its own pooled connection and the transaction context
-variable follows the call into the thread. The pool bounds concurrent database work.
+Async: ``AsyncMemory`` runs each whole store-using call in a worker thread
+(``asyncio.to_thread``). That is safe: every thread gets its own pooled connection, and a
+write opens and closes its ``transaction`` inside that one thread (``to_thread`` copies the
+caller's context, so never open a transaction in one offloaded call and use it from another).
+The pool (``max_size``) bounds the database work in flight. Create the store after forking:
+the pool runs background threads.
 """
 
 from __future__ import annotations
