@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from .retrieve.llm_plan import RecallPlanner
 from .store.base import Store, TopicRecord
 from .text import term_counts, terms
 from .tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from .documents import DocumentReport
 
 ProgressFn = Callable[[int, int], None]
 
@@ -208,6 +211,18 @@ class Memory:
             if progress is not None:
                 progress(min(start + batch_size, total), total)
         return out
+
+    def add_document(
+        self, text: str, *, source: str, user_id: str, at: datetime | str | None = None,
+        metadata: Mapping[str, Any] | None = None, max_chars: int = 1200, overlap_chars: int = 200,
+    ) -> DocumentReport:
+        """Chunk a document at paragraph/sentence boundaries (with overlap) and file the chunks
+        into the tree like exchanges, recallable with their source. Chunks already stored for
+        this user (same content hash) are skipped, across processes (``documents.py``)."""
+        from .documents import add_document
+
+        return add_document(self, text, source=source, user_id=user_id, at=at, metadata=metadata,
+                            max_chars=max_chars, overlap_chars=overlap_chars)
 
     def _prepare(self, uid: str, item: Mapping[str, Any], index: int) -> Exchange:
         if not isinstance(item, Mapping):
