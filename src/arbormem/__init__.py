@@ -23,6 +23,7 @@ from .errors import (
     StoreError,
     ValidationError,
 )
+from .aio import AsyncMemory
 from .memory import Memory
 from .models import Exchange, Hit, Recall, RecallTrace, Stats, Topic
 
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Memory",
+    "AsyncMemory",
     "Settings",
     "Embedder",
     "CallableEmbedder",

@@ -9,7 +9,7 @@ from tests.conftest import chat
 
 def test_exported_names_are_pinned() -> None:
     assert sorted(arbormem.__all__) == sorted([
-        "Memory", "Settings", "Embedder", "CallableEmbedder", "Exchange", "Topic", "Hit", "Recall",
+        "Memory", "AsyncMemory", "Settings", "Embedder", "CallableEmbedder", "Exchange", "Topic", "Hit", "Recall",
         "RecallTrace", "Stats", "ArbormemError", "ValidationError", "ImportFormatError",
         "NotFoundError", "StateError", "StoreError", "MigrationError", "EmbeddingError",
         "LLMError", "ConfigError",
