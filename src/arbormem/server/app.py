@@ -1,0 +1,386 @@
+"""The HTTP API (FastAPI) and the web tree explorer at ``/ui``.
+
+``create_app(memory_or_path, tokens=...)`` returns an ASGI app; ``arbormem serve`` runs it
+with uvicorn. Every ``/v1`` route is scoped to ``/v1/users/{user_id}`` (except ``/v1/me``)
+and guarded by the bearer-token policy of ``auth.py``; ``/health``, ``/openapi.json``,
+``/docs`` and the static explorer carry no user data and need no token (the explorer asks for
+one and sends it with every call).
+
+Errors always have the body ``{"error": {"code": ..., "message": ...}}``: library errors keep
+their ``code`` / ``http_status`` from ``errors.py``; the HTTP layer adds ``unauthorized``
+(401), ``forbidden`` (403), ``not_found`` (404), ``method_not_allowed`` (405),
+``payload_too_large`` (413), ``invalid_input`` (422, with ``details``) and
+``not_implemented`` (501).
+
+Handlers are plain ``def``: FastAPI runs them in its thread pool, so the one shared
+``Memory`` (thread-safe: per-thread SQLite connections, per-user write transactions) serves
+concurrent requests without blocking the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import asynccontextmanager
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+try:
+    from fastapi import APIRouter, FastAPI, Query, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, RedirectResponse, Response
+    from pydantic import BaseModel, Field
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+    from starlette.staticfiles import StaticFiles
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the HTTP server needs FastAPI: pip install 'arbormem[server]'") from exc
+
+from .. import __version__
+from ..errors import ArbormemError
+from ..memory import Memory
+from . import views
+from .auth import ANONYMOUS, ENV, Principal, TokenPolicy, bearer
+
+DEFAULT_MAX_BODY = 16 * 1024 * 1024  # bytes; bulk imports are the large requests
+MAX_IMPORT_ITEMS = 10_000
+
+
+class ApiError(Exception):
+    """An HTTP-layer error with a stable code (rendered like library errors)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status)
+
+
+# -- request bodies -----------------------------------------------------------------------------
+class Message(BaseModel):
+    model_config = {"extra": "allow"}
+    role: str
+    content: str | list[Any] | None = None
+
+
+class AddBody(BaseModel):
+    messages: list[Message] = Field(min_length=1)
+    at: datetime | None = None
+    metadata: dict[str, Any] | None = None
+    session_id: str | None = None
+
+
+class BeginBody(BaseModel):
+    user_text: str
+    at: datetime | None = None
+    metadata: dict[str, Any] | None = None
+    session_id: str | None = None
+
+
+class CompleteBody(BaseModel):
+    assistant_text: str
+    at: datetime | None = None
+
+
+class FailBody(BaseModel):
+    reason: str
+
+
+class ImportItem(AddBody):
+    assistant_at: datetime | None = None
+
+
+class ImportBody(BaseModel):
+    exchanges: list[ImportItem] = Field(min_length=1, max_length=MAX_IMPORT_ITEMS)
+
+
+class RecallBody(BaseModel):
+    query: str
+    max_tokens: int = Field(1024, ge=0, le=200_000)
+    recent: int | None = Field(None, ge=0, le=100)
+
+
+class SearchBody(BaseModel):
+    query: str
+    limit: int = Field(10, ge=1, le=1000)
+
+
+class DocumentBody(BaseModel):
+    text: str
+    source: str
+    at: datetime | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def _item(body: AddBody) -> dict[str, Any]:
+    d = body.model_dump(exclude_none=True)
+    d["messages"] = [m.model_dump(exclude_none=True) for m in body.messages]
+    return d
+
+
+# -- middleware ---------------------------------------------------------------------------------
+class _Guard:
+    """Pure ASGI middleware: body size limit, then token -> user authorisation for /v1."""
+
+    def __init__(self, app: Any, policy: TokenPolicy | None, max_body: int) -> None:
+        self.app, self.policy, self.max_body = app, policy, max_body
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        if path.startswith("/v1/") or path == "/v1":
+            principal = self._principal(scope)
+            if principal is None:
+                await self._send(scope, receive, send, _error(
+                    401, "unauthorized", "missing or unknown bearer token"))
+                return
+            parts = path.split("/")
+            if len(parts) >= 4 and parts[2] == "users" and not principal.may(parts[3]):
+                await self._send(scope, receive, send, _error(
+                    403, "forbidden", "this token may not access that user"))
+                return
+            scope.setdefault("state", {})["principal"] = principal
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            await self._send(scope, receive, send, _too_large(self.max_body))
+            return
+        # Read the body here, up to the limit: chunked uploads carry no Content-Length, and
+        # an error raised while FastAPI reads the body would surface as a generic 400.
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            body += message.get("body", b"")
+            if len(body) > self.max_body:
+                await self._send(scope, receive, send, _too_large(self.max_body))
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()  # after the body: wait for the disconnect
+
+        await self.app(scope, replay, send)
+
+    def _principal(self, scope: Any) -> Principal | None:
+        if self.policy is None:
+            return ANONYMOUS
+        headers = dict(scope.get("headers") or [])
+        raw = headers.get(b"authorization")
+        return self.policy.principal(bearer(raw.decode("latin-1")) if raw else None)
+
+    @staticmethod
+    async def _send(scope: Any, receive: Any, send: Any, response: Response) -> None:
+        await response(scope, receive, send)
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return _error(413, "payload_too_large", f"request body over {limit} bytes")
+
+
+# -- the app ------------------------------------------------------------------------------------
+def create_app(
+    memory_or_path: Memory | str | Path,
+    *,
+    tokens: TokenPolicy | str | dict[str, Any] | None = None,
+    allow_anonymous: bool = False,
+    embedder: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+) -> FastAPI:
+    """The HTTP API over a ``Memory`` (or a SQLite path, opened and closed with the app).
+
+    ``tokens``: a ``TokenPolicy``, its ``"tok:u1,u2;tok2:*"`` spec, or a ``{token: users}``
+    dict; ``None`` reads ``ARBORMEM_API_TOKENS``. With no policy at all the app refuses to
+    start unless ``allow_anonymous=True`` (then every route is open: local development only).
+    """
+    if isinstance(tokens, TokenPolicy):
+        policy: TokenPolicy | None = tokens
+    elif isinstance(tokens, str):
+        policy = TokenPolicy.parse(tokens)
+    elif isinstance(tokens, dict):
+        policy = TokenPolicy(tokens)
+    else:
+        policy = TokenPolicy.from_env()
+    if policy is None and not allow_anonymous:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"no API tokens: set {ENV}='token:user1,user2;...' "
+                          "(or allow_anonymous=True / --no-auth for local development)")
+    owns = not isinstance(memory_or_path, Memory)
+    mem = Memory(memory_or_path, embedder=embedder) if owns else memory_or_path  # type: ignore[arg-type]
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> Any:
+        yield
+        if owns:
+            mem.close()
+
+    app = FastAPI(title="arbormem", version=__version__, lifespan=lifespan,
+                  description="Long-term memory for LLM apps, organised as a tree of topics.")
+    app.state.memory = mem
+
+    @app.exception_handler(ArbormemError)
+    async def _lib_error(_: Request, exc: ArbormemError) -> JSONResponse:
+        return _error(exc.http_status, exc.code, str(exc))
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        details = json.loads(json.dumps(exc.errors(), default=str))
+        for d in details:
+            d.pop("input", None)  # never echo (possibly large or private) input back
+            d.pop("ctx", None)
+        first = details[0] if details else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return _error(422, "invalid_input", f"{where}: {first.get('msg', 'invalid request')}",
+                      details=details)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(
+            exc.status_code, "http_error")
+        return _error(exc.status_code, code, str(exc.detail))
+
+    @app.get("/health", tags=["service"], summary="Liveness and version (no token needed)")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "version": __version__}
+
+    @app.get("/v1/me", tags=["service"], summary="The users this token may access")
+    def me(request: Request) -> dict[str, Any]:
+        principal: Principal = request.scope["state"]["principal"]
+        return principal.to_dict()
+
+    r = APIRouter(prefix="/v1/users/{user_id}")
+
+    # -- exchanges --
+    @r.post("/exchanges", status_code=201, tags=["exchanges"], summary="Store a whole exchange")
+    def add_exchange(user_id: str, body: AddBody) -> dict[str, Any]:
+        item = _item(body)
+        return mem.add(item["messages"], user_id=user_id, session_id=item.get("session_id"),
+                       at=item.get("at"), metadata=item.get("metadata")).to_dict()
+
+    @r.post("/exchanges/begin", status_code=201, tags=["exchanges"],
+            summary="Record a user message as a pending exchange")
+    def begin(user_id: str, body: BeginBody) -> dict[str, Any]:
+        return mem.begin(body.user_text, user_id=user_id, session_id=body.session_id, at=body.at,
+                         metadata=body.metadata).to_dict()
+
+    @r.post("/exchanges/import", status_code=201, tags=["exchanges"],
+            summary=f"Bulk import (at most {MAX_IMPORT_ITEMS} exchanges; all or nothing)")
+    def bulk_import(user_id: str, body: ImportBody) -> dict[str, Any]:
+        done = mem.add_many([_item(x) for x in body.exchanges], user_id=user_id)
+        return {"imported": len(done), "ids": [e.id for e in done]}
+
+    @r.post("/exchanges/{exchange_id}/complete", tags=["exchanges"], summary="Attach the reply")
+    def complete(user_id: str, exchange_id: str, body: CompleteBody) -> dict[str, Any]:
+        views.owned_exchange(mem, user_id, exchange_id)
+        return mem.complete(exchange_id, body.assistant_text, at=body.at).to_dict()
+
+    @r.post("/exchanges/{exchange_id}/fail", tags=["exchanges"], summary="Mark a pending exchange failed")
+    def fail(user_id: str, exchange_id: str, body: FailBody) -> dict[str, Any]:
+        views.owned_exchange(mem, user_id, exchange_id)
+        return mem.fail(exchange_id, body.reason).to_dict()
+
+    @r.get("/exchanges", tags=["exchanges"], summary="List exchanges in sequence order")
+    def list_exchanges(
+        user_id: str, status: Literal["pending", "completed", "failed"] | None = None,
+        after_seq: int | None = None, limit: int = Query(100, ge=1, le=1000),
+    ) -> dict[str, Any]:
+        items = mem.exchanges(user_id=user_id, status=status, after_seq=after_seq, limit=limit)
+        nxt = items[-1].seq if len(items) == limit else None
+        return {"exchanges": [e.to_dict() for e in items], "next_after_seq": nxt}
+
+    @r.get("/exchanges/{exchange_id}", tags=["exchanges"], summary="One exchange")
+    def get_exchange(user_id: str, exchange_id: str) -> dict[str, Any]:
+        return views.owned_exchange(mem, user_id, exchange_id).to_dict()
+
+    @r.delete("/exchanges/{exchange_id}", status_code=204, tags=["exchanges"],
+              summary="Delete an exchange from the transcript, its topic and every index")
+    def delete_exchange(user_id: str, exchange_id: str) -> Response:
+        views.owned_exchange(mem, user_id, exchange_id)
+        mem.delete(exchange_id)
+        return Response(status_code=204)
+
+    @r.post("/documents", status_code=201, tags=["exchanges"],
+            summary="Chunk a document into the tree (deduplicated by content hash)")
+    def add_document(user_id: str, body: DocumentBody) -> dict[str, Any]:
+        rep = mem.add_document(body.text, source=body.source, user_id=user_id, at=body.at,
+                               metadata=body.metadata)
+        return {"source": rep.source, "doc_sha256": rep.doc_sha256, "chunks": rep.chunks,
+                "added": [e.id for e in rep.added], "duplicates": list(rep.duplicates)}
+
+    # -- reading --
+    @r.post("/recall", tags=["read"], summary="The memory context to inject for a message")
+    def recall(user_id: str, body: RecallBody) -> dict[str, Any]:
+        res = mem.recall(body.query, user_id=user_id, max_tokens=body.max_tokens, recent=body.recent)
+        return views.recall_dict(res)
+
+    @r.post("/search", tags=["read"], summary="Ranked exchanges for a query")
+    def search(user_id: str, body: SearchBody) -> dict[str, Any]:
+        return {"hits": [h.to_dict() for h in mem.search(body.query, user_id=user_id, limit=body.limit)]}
+
+    @r.get("/tree", tags=["topics"], summary="The topic tree (root with nested children)")
+    def tree(user_id: str) -> dict[str, Any]:
+        return mem.tree(user_id=user_id).to_dict()
+
+    @r.get("/topics", tags=["topics"], summary="Every theme and topic, flat, with paths")
+    def topics(user_id: str) -> dict[str, Any]:
+        return {"topics": [views.topic_dict(t) for t in mem.topics(user_id=user_id)]}
+
+    @r.get("/topics/{topic_id}", tags=["topics"],
+           summary="A topic at a tier: 0 summary, 1 detailed summary, 2 verbatim exchanges")
+    def topic(user_id: str, topic_id: str, tier: int = Query(0, ge=0, le=2)) -> dict[str, Any]:
+        return views.read_topic(mem, user_id, topic_id, tier)
+
+    @r.get("/topics/{topic_id}/exchanges", tags=["topics"], summary="A topic's exchanges")
+    def topic_exchanges(user_id: str, topic_id: str,
+                        limit: int = Query(200, ge=1, le=1000)) -> dict[str, Any]:
+        items = views.topic_exchanges(mem, user_id, topic_id, limit=limit)
+        return {"exchanges": [e.to_dict() for e in items]}
+
+    @r.get("/stats", tags=["read"], summary="Counts of exchanges, topics and tokens")
+    def stats(user_id: str) -> dict[str, Any]:
+        return mem.stats(user_id=user_id).to_dict()
+
+    # -- maintenance --
+    @r.post("/consolidate", tags=["maintenance"], summary="Merge, dedupe and tidy the user's tree")
+    def consolidate(user_id: str) -> Any:
+        fn = getattr(mem, "consolidate", None)
+        if fn is None:
+            raise ApiError(501, "not_implemented", "this arbormem build has no consolidation")
+        res = fn(user_id=user_id)
+        return res.to_dict() if hasattr(res, "to_dict") else res
+
+    @r.delete("", tags=["maintenance"], summary="Delete every exchange, topic and index entry of a user")
+    def delete_user(user_id: str) -> dict[str, Any]:
+        return {"user_id": user_id, "deleted": mem.delete_user(user_id)}
+
+    app.include_router(r)
+
+    static = resources.files("arbormem").joinpath("server/static")
+    app.mount("/ui", StaticFiles(directory=str(static), html=True), name="ui")
+
+    @app.get("/", include_in_schema=False)
+    def index() -> RedirectResponse:
+        return RedirectResponse("/ui/")
+
+    # Outermost user middleware: size limit and auth run before routing and body parsing.
+    app.add_middleware(_Guard, policy=policy, max_body=max_body_bytes)
+    return app
+
+
+__all__ = ["create_app", "ApiError"]

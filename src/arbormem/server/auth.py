@@ -1,0 +1,96 @@
+"""Bearer-token authorisation for the HTTP API.
+
+The operator binds each token to the user ids it may touch::
+
+    ARBORMEM_API_TOKENS="tokA:alice,bob;tokB:carol;tokC:*"     # * = every user
+
+A request to ``/v1/...`` without a known token gets 401; a request for a user the token is not
+bound to gets 403. The check runs in an ASGI middleware (``app.py``) before routing and body
+parsing, so it holds for every route, including ones added later and malformed requests.
+Tokens are compared in constant time. No token policy at all is a configuration error unless
+the app is built with ``allow_anonymous=True`` (``arbormem serve --no-auth``, loopback only).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+ENV = "ARBORMEM_API_TOKENS"
+ALL = "*"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request acts as: the users its token may touch (``everyone`` for ``*``)."""
+
+    users: frozenset[str]
+    everyone: bool = False
+
+    def may(self, user_id: str) -> bool:
+        return self.everyone or user_id in self.users
+
+    def to_dict(self) -> dict[str, object]:
+        return {"users": ALL if self.everyone else sorted(self.users)}
+
+
+ANONYMOUS = Principal(frozenset(), everyone=True)
+
+
+class TokenPolicy:
+    """Token -> users map, parsed from ``"tok:u1,u2;tok2:*"`` or given as a mapping."""
+
+    def __init__(self, grants: Mapping[str, Iterable[str] | str]) -> None:
+        self._grants: dict[str, Principal] = {}
+        for token, users in grants.items():
+            if not isinstance(token, str) or len(token) < 8 or any(c in token for c in ":;, \t\n"):
+                raise ConfigError("API tokens must be at least 8 characters, without ':;,' or spaces")
+            names = [users] if isinstance(users, str) else list(users)
+            names = [u.strip() for u in names if u.strip()]
+            if not names:
+                raise ConfigError(f"API token {token[:4]}... is bound to no user")
+            self._grants[token] = Principal(frozenset(u for u in names if u != ALL), ALL in names)
+
+    @classmethod
+    def parse(cls, spec: str) -> TokenPolicy:
+        grants: dict[str, list[str]] = {}
+        for part in spec.split(";"):
+            if not part.strip():
+                continue
+            token, sep, users = part.strip().partition(":")
+            if not sep:
+                raise ConfigError(f"{ENV}: expected 'token:user1,user2' in {part.strip()[:4]!r}...")
+            grants.setdefault(token.strip(), []).extend(users.split(","))
+        if not grants:
+            raise ConfigError(f"{ENV} holds no token")
+        return cls(grants)
+
+    @classmethod
+    def from_env(cls) -> TokenPolicy | None:
+        spec = os.environ.get(ENV)
+        return cls.parse(spec) if spec and spec.strip() else None
+
+    def principal(self, token: str | None) -> Principal | None:
+        """The principal of ``token`` or None; every token is compared (constant time)."""
+        if not token:
+            return None
+        found = None
+        for known, principal in self._grants.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                found = principal
+        return found
+
+
+def bearer(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header."""
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
+
+
+__all__ = ["TokenPolicy", "Principal", "ANONYMOUS", "ENV", "bearer"]

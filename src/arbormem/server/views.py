@@ -1,0 +1,92 @@
+"""Read views shared by the HTTP API, the MCP server and ``arbormem chat``.
+
+They take a ``Memory`` and a user id and always stay inside that user's partition: an id
+that belongs to another user is reported as not found, never served.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import NotFoundError, ValidationError
+from ..memory import Memory
+from ..models import Exchange, Topic
+from ..text import sentences, shorten
+
+TIERS = (0, 1, 2)
+
+
+def owned_exchange(mem: Memory, user_id: str, exchange_id: str) -> Exchange:
+    """The exchange if it belongs to ``user_id``; NotFoundError otherwise (no existence leak)."""
+    ex = mem.store.get_exchange(exchange_id) if isinstance(exchange_id, str) else None
+    if ex is None or ex.user_id != user_id:
+        raise NotFoundError(f"no exchange {exchange_id!r}")
+    return ex
+
+
+def topic_exchanges(mem: Memory, user_id: str, topic_id: str, *, limit: int = 200) -> list[Exchange]:
+    """Completed exchanges under a topic (or every topic below a theme), in sequence order."""
+    topic = mem.topic(topic_id, user_id=user_id)
+    if topic.kind == "topic":
+        leaves = [topic.id]
+    else:
+        root = mem.tree(user_id=user_id)
+        node = next((t for t in root.walk() if t.id == topic.id), None)
+        leaves = [t.id for t in (node.walk() if node else []) if t.kind == "topic"]
+    out: list[Exchange] = []
+    for leaf in leaves:
+        out.extend(mem.store.list_exchanges(user_id, status="completed", topic_id=leaf, limit=limit))
+    out.sort(key=lambda e: e.seq)
+    return out[:limit]
+
+
+def extractive_detail(exchanges: list[Exchange], max_chars: int = 1500) -> str:
+    """A longer summary without an LLM: the first sentence of each side of every exchange."""
+    lines: list[str] = []
+    used = 0
+    for ex in exchanges:
+        u = (sentences(ex.user_text) or [ex.user_text])[0]
+        a = (sentences(ex.assistant_text) or [""])[0] if ex.assistant_text else ""
+        line = f"- {shorten(u, 200)}" + (f" → {shorten(a, 200)}" if a else "")
+        if used + len(line) > max_chars:
+            break
+        lines.append(line)
+        used += len(line) + 1
+    return "\n".join(lines)
+
+
+def read_topic(mem: Memory, user_id: str, topic_id: str, tier: int = 0, *, limit: int = 50) -> dict[str, Any]:
+    """A topic at a tier: 0 = title, keywords, summary; 1 = + detailed summary (the LLM's
+    when one is configured, else extractive); 2 = + the verbatim exchanges."""
+    if tier not in TIERS:
+        raise ValidationError("tier must be 0 (summary), 1 (detailed summary) or 2 (verbatim)")
+    topic = mem.topic(topic_id, user_id=user_id)
+    out: dict[str, Any] = {"topic": topic_dict(topic), "tier": tier}
+    if tier >= 1:
+        exchanges = topic_exchanges(mem, user_id, topic_id, limit=limit)
+        detail = mem.topic_detail(topic_id, user_id=user_id) if mem.llm is not None else None
+        out["detail"] = detail or extractive_detail(exchanges)
+        out["detail_source"] = "llm" if detail else "extractive"
+        if tier == 2:
+            out["exchanges"] = [e.to_dict() for e in exchanges]
+    return out
+
+
+def topic_dict(t: Topic) -> dict[str, Any]:
+    """A topic without its children (for lists)."""
+    d = t.to_dict()
+    d.pop("children", None)
+    return d
+
+
+def recall_dict(r: Any) -> dict[str, Any]:
+    """The HTTP/MCP shape of a Recall: text, tokens, exchanges and topics with provenance."""
+    return {
+        "text": r.text, "tokens": r.tokens,
+        "exchanges": [e.to_dict() for e in r.exchanges],
+        "topics": [topic_dict(t) for t in r.topics],
+        "trace": r.trace.to_dict(),
+    }
+
+
+__all__ = ["owned_exchange", "topic_exchanges", "extractive_detail", "read_topic", "topic_dict", "recall_dict"]
