@@ -1,0 +1,846 @@
+"""Consolidation: the organiser's clean-up pass over one user's tree (TRACE ``reorganize``,
+CoMeT's consolidator), done so that nothing is lost, every change is logged and undoable, and
+the cost grows about n log n.
+
+One run (``consolidate``) does, per user:
+
+1. **Merge** related frozen topics under TRACE's four axioms: the older topic absorbs the newer
+   (chronological guard); only frozen leaves, never the open topic (frozen state); a cosine
+   threshold between topic centroids calibrated for the embedder in use (``THRESHOLDS``,
+   docs/consolidation.md); and a veto — the LLM when one is configured (``veto_merge``; no
+   verdict keeps the topics apart), else an offline lexical/entity-overlap check, so "Python
+   the snake" and "Python the language" stay apart. Candidates come from the store's nearest
+   neighbour search (``vector_search``, k per topic), never from all pairs.
+2. **Link** related topics that should not merge (similar but below the merge threshold, or
+   vetoed), both ways, in topic ``meta["links"]``, at most ``max_links`` each.
+3. **Archive** content-free exchanges ("ok", "thanks"): the ``archived`` flag, which retrieval
+   already skips; the transcript keeps them; ``undo`` brings them back.
+4. **Dedup** exchanges re-sent with the same content: the newer one is archived and linked to
+   the older (``metadata["_arbormem"]["duplicate_of"]``); never deleted, text never altered.
+5. **Supersession**: a newer exchange that updates a fact ("actually, Sarah can eat nuts now")
+   marks the older one ``superseded_by`` (and itself ``supersedes``); recall then prefers and
+   marks the newer one and shows the older one as superseded (``rerank_superseded``).
+6. **Tags**: each topic's tags (its keywords, or the LLM's retrieval terms) are normalised by
+   meaning — a tag joins an existing tag when their embeddings are close, never by substring
+   ("ai" does not swallow "email").
+
+Structure after every merge is exact, in the same transaction as the change: the survivor's
+span, size, centroid, term counts, title, keywords and summary, every ancestor's aggregates,
+the topic vector and text indexes; emptied themes are removed; fan-out only shrinks; ids are
+stable (the absorbed topic's exchanges take the survivor's id, the absorbed topic is kept
+whole in the change log, and ``undo_change`` restores it with its own id).
+
+LLM calls (the veto) are made with no transaction open; the writes happen afterwards in a
+short transaction that first checks that both topics are unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config import TreeSettings
+from ..embed.base import Embedder
+from ..errors import NotFoundError, StateError
+from ..models import Exchange
+from ..store.base import ChangeRecord, Store, TopicRecord
+from ..text import STOPWORDS, idf, merge_counts, prune_counts, term_counts, terms
+from .models import ConsolidationReport
+from .tree import LEAF_TERMS, TreeSession
+
+#: Reserved key in an exchange's metadata for the organiser's marks (user keys untouched).
+MARK = "_arbormem"
+#: Change-log actions that ``undo_change`` can reverse.
+UNDOABLE = frozenset({"merge", "archive", "dedup", "supersede", "link"})
+
+
+# -- thresholds --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Thresholds:
+    """Cosine thresholds of one embedder (see docs/consolidation.md for the measurements)."""
+
+    merge: float       # topic centroid vs topic centroid: merge candidate
+    link: float        # ... cross-link candidate (below merge)
+    duplicate: float   # exchange vs exchange: near-duplicate candidate (then a word check)
+    supersede: float   # exchange vs an older exchange: update candidate (then cue + entity)
+    tag: float         # tag vs tag: same meaning
+
+
+#: Measured with scripts/calibrate_consolidation.py on the LoCoMo development dialogues.
+#: MiniLM: topic pairs from different conversations (different people's lives) never exceed
+#: 0.75 (p99 0.69), the nearest topic in the same conversation has p50 0.88; merge at 0.80
+#: sits above every cross-conversation pair observed, link at 0.70 above their p99.
+THRESHOLDS: dict[str, Thresholds] = {
+    "minilm": Thresholds(merge=0.80, link=0.70, duplicate=0.95, supersede=0.55, tag=0.80),
+    # HashEmbedder: cosine is word overlap; unrelated texts are near 0.
+    "hash": Thresholds(merge=0.55, link=0.35, duplicate=0.95, supersede=0.30, tag=0.95),
+}
+#: Any other embedder: the MiniLM values (sentence-transformers models have similar scales);
+#: calibrate with the script and pass ``ConsolidationOptions(thresholds=...)``.
+DEFAULT_THRESHOLDS = THRESHOLDS["minilm"]
+
+
+def thresholds_for(embedder_name: str) -> Thresholds:
+    """The calibrated thresholds for an embedder, by its ``name``."""
+    name = embedder_name.lower()
+    if name.startswith("hash"):
+        return THRESHOLDS["hash"]
+    if "minilm" in name:
+        return THRESHOLDS["minilm"]
+    return DEFAULT_THRESHOLDS
+
+
+@dataclass(frozen=True)
+class ConsolidationOptions:
+    """What a run may do and how much. Defaults are what ``Memory.consolidate`` uses."""
+
+    thresholds: Thresholds | None = None    # None: thresholds_for(embedder.name)
+    neighbours: int = 8                      # nearest topics examined per topic
+    max_merges: int = 500
+    max_llm_calls: int = 20                  # veto calls per run (the rest wait for a later run)
+    max_merged_size: int | None = None       # None: 2 x TreeSettings.max_topic_size
+    max_links: int = 4
+    merge: bool = True
+    link: bool = True
+    archive: bool = True
+    dedup: bool = True
+    supersede: bool = True
+    tags: bool = True
+    batch: int = 200                         # exchanges per write transaction
+
+
+# -- exchange marks ----------------------------------------------------------------------------
+def marks(ex: Exchange) -> dict[str, Any]:
+    """The organiser's marks on an exchange (``duplicate_of``, ``superseded_by``, ...)."""
+    m = ex.metadata.get(MARK) if isinstance(ex.metadata, Mapping) else None
+    return dict(m) if isinstance(m, Mapping) else {}
+
+
+def with_marks(ex: Exchange, **changes: Any) -> Exchange:
+    """A copy of ``ex`` whose marks are updated (a None value removes the mark)."""
+    m = marks(ex)
+    for k, v in changes.items():
+        if v is None:
+            m.pop(k, None)
+        else:
+            m[k] = v
+    meta = {k: v for k, v in ex.metadata.items() if k != MARK}
+    if m:
+        meta[MARK] = m
+    return dataclasses.replace(ex, metadata=meta)
+
+
+def superseded_by(ex: Exchange) -> str | None:
+    value = marks(ex).get("superseded_by")
+    return value if isinstance(value, str) else None
+
+
+# -- offline judgements ------------------------------------------------------------------------
+# Words that carry no content in a reply to "ok"/"thanks" (on top of text.STOPWORDS, which
+# already holds ok, thanks, yes, hi ...). English; in other languages short replies are still
+# caught by the length limit only when they have no content terms after IDF... so they are kept.
+_PHATIC = frozenset(
+    """great good nice cool awesome perfect fine sure alright right welcome glad happy help
+    helps helped anything else need let bye goodbye cheers see later soon np problem sounds
+    noted gotcha understood wonderful excellent appreciate appreciated pleasure anytime
+    course absolutely definitely indeed agreed kind ask feel free hope day night morning""".split()
+)
+_TRIVIAL_WORDS = 20  # TRACE: both sides under 20 words
+
+
+def is_trivial(ex: Exchange) -> bool:
+    """A short exchange with no content terms on either side ("ok" / "Glad to help!")."""
+    for side in (ex.user_text, ex.assistant_text):
+        if len(side.split()) >= _TRIVIAL_WORDS:
+            return False
+        if any(t not in _PHATIC for t in terms(side)):
+            return False
+    return bool(ex.user_text.strip())
+
+
+_CUE = re.compile(
+    r"\b(actually|no longer|any ?more|not anymore|changed|change of plans?|correction|update|"
+    r"updated|turns out|instead|from now on|these days|now)\b",
+    re.IGNORECASE,
+)
+_NAME = re.compile(r"\b([A-Z][^\W_]+)(?:['’]s)?\b")
+
+
+def update_cue(text: str) -> bool:
+    """Whether a message reads like a correction of an earlier fact (English cue words)."""
+    return _CUE.search(text) is not None
+
+
+def names(text: str) -> set[str]:
+    """Capitalised words that are not function or cue words: a cheap entity guess (works for
+    any script with case; caseless scripts simply give no names and rely on shared terms)."""
+    out = set()
+    for m in _NAME.finditer(text):
+        w = m.group(1).lower()
+        if w not in STOPWORDS and w not in _PHATIC and not _CUE.fullmatch(w) and len(w) > 1:
+            out.add(w)
+    return out
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[^\W_]+", text.casefold()))
+
+
+def near_duplicate_text(a: str, b: str) -> bool:
+    """Same words up to case, punctuation and a few edits (Jaccard >= 0.9 over word sets)."""
+    wa, wb = _words(a), _words(b)
+    if not wa or not wb:
+        return a.strip() == b.strip()
+    return len(wa & wb) / len(wa | wb) >= 0.9
+
+
+@dataclass(frozen=True)
+class Veto:
+    """An offline or LLM verdict on a merge: ``ok`` allows it; ``detail`` goes to the log."""
+
+    ok: bool
+    by: str
+    detail: dict[str, Any]
+
+
+def lexical_veto(a: TopicRecord, b: TopicRecord, a_texts: Sequence[str], b_texts: Sequence[str],
+                 df: Mapping[str, int], n_docs: int) -> Veto:
+    """The offline veto: two topics may merge only when they share more than one distinctive
+    term (tf-idf weighted Jaccard of their term counts) and do not name disjoint entities.
+
+    One shared word is not a shared subject: "python" alone joins a snake and a language.
+    """
+    def weights(rec: TopicRecord) -> dict[str, float]:
+        w = {t: c * idf(df.get(t, 1), n_docs) for t, c in rec.terms.items()}
+        top = sorted(w.items(), key=lambda kv: -kv[1])[:24]
+        total = math.sqrt(sum(v * v for _, v in top)) or 1.0
+        return {t: v / total for t, v in top}
+
+    wa, wb = weights(a), weights(b)
+    shared = sorted(set(wa) & set(wb))
+    num = sum(min(wa[t], wb[t]) for t in shared)
+    den = sum(max(wa.get(t, 0.0), wb.get(t, 0.0)) for t in set(wa) | set(wb)) or 1.0
+    overlap = num / den
+    na = set().union(*(names(t) for t in a_texts)) if a_texts else set()
+    nb = set().union(*(names(t) for t in b_texts)) if b_texts else set()
+    disjoint_names = bool(na) and bool(nb) and not (na & nb)
+    ok = len(shared) >= 2 and overlap >= 0.12 and not disjoint_names
+    return Veto(ok, "lexical", {"shared_terms": shared[:12], "overlap": round(overlap, 3),
+                                "disjoint_names": disjoint_names})
+
+
+# -- tree surgery (inside a TreeSession, i.e. inside the user's transaction) ------------------
+# These use TreeSession's node cache directly: a merge is a structural edit of the same kind as
+# a split, and must go through the same cache so ``flush`` writes every touched node once.
+def _refresh_up(tree: TreeSession, node: TopicRecord | None) -> None:
+    """Recompute aggregates from ``node`` up to (not including) the root, removing themes
+    that became empty (a theme with no children must not stay in the tree or the index)."""
+    while node is not None and node.kind != "root":
+        parent = tree.get(node.parent_id) if node.parent_id else None
+        if node.kind == "theme" and not tree.children(node):
+            _drop(tree, node)
+        else:
+            tree._recompute(node)
+        node = parent
+
+
+def _drop(tree: TreeSession, node: TopicRecord) -> None:
+    parent = tree.get(node.parent_id) if node.parent_id else None
+    if parent is not None:
+        tree.children(parent)
+        if node.id in tree._kids[parent.id]:
+            tree._kids[parent.id].remove(node.id)
+        tree._dirty.add(parent.id)
+    tree._deleted.add(node.id)
+    tree._dirty.discard(node.id)
+    tree._to_summarise.discard(node.id)
+    tree._nodes.pop(node.id, None)
+
+
+def _rebuild_leaf(store: Store, tree: TreeSession, leaf: TopicRecord) -> None:
+    """Recompute a leaf's aggregates exactly from its exchanges (as placement built them)."""
+    members = [e for e in store.list_exchanges(leaf.user_id, topic_id=leaf.id) if e.status == "completed"]
+    vecs = store.get_vectors(leaf.user_id, "exchange", [e.id for e in members])
+    rows = [vecs[e.id] for e in members if e.id in vecs]
+    leaf.vec_sum = np.sum(rows, axis=0).astype(np.float32) if rows else None
+    leaf.size = len(members)
+    acc: dict[str, int] = {}
+    for e in members:
+        acc = merge_counts(acc, term_counts(e.text).items())
+    leaf.terms = prune_counts(acc, LEAF_TERMS)
+    if members:
+        leaf.start_seq, leaf.end_seq = members[0].seq, members[-1].seq
+        leaf.first_at = min(e.user_at for e in members)
+        leaf.last_at = max(e.user_at for e in members)
+    tree._dirty.add(leaf.id)
+    tree._to_summarise.add(leaf.id)
+
+
+def _snapshot(rec: TopicRecord) -> dict[str, Any]:
+    return {
+        "id": rec.id, "parent_id": rec.parent_id, "title": rec.title, "keywords": list(rec.keywords),
+        "summary": rec.summary, "size": rec.size, "start_seq": rec.start_seq, "end_seq": rec.end_seq,
+        "created_seq": rec.created_seq, "frozen": rec.frozen, "meta": dict(rec.meta),
+    }
+
+
+def _set_links(rec: TopicRecord, links: Iterable[str]) -> None:
+    out = [t for t in dict.fromkeys(links) if t != rec.id]
+    if out:
+        rec.meta["links"] = out
+    else:
+        rec.meta.pop("links", None)
+
+
+def merge_topics(store: Store, tree: TreeSession, survivor: TopicRecord, absorbed: TopicRecord) -> dict[str, Any]:
+    """Move every exchange of ``absorbed`` into ``survivor`` and remove ``absorbed`` from the
+    tree, keeping every aggregate and index exact. Returns the undo detail for the log."""
+    uid = survivor.user_id
+    before = _snapshot(survivor)
+    snap = _snapshot(absorbed)
+    moved = store.list_exchanges(uid, topic_id=absorbed.id)
+    for ex in moved:
+        store.update_exchange(dataclasses.replace(ex, topic_id=survivor.id))
+    # The survivor: sums add exactly; terms are bounded counters (as placement keeps them).
+    if absorbed.vec_sum is not None:
+        survivor.vec_sum = absorbed.vec_sum.copy() if survivor.vec_sum is None else survivor.vec_sum + absorbed.vec_sum
+    survivor.size += absorbed.size
+    for attr, pick in (("start_seq", min), ("end_seq", max), ("first_at", min), ("last_at", max)):
+        vals = [v for v in (getattr(survivor, attr), getattr(absorbed, attr)) if v is not None]
+        setattr(survivor, attr, pick(vals) if vals else None)
+    survivor.terms = prune_counts(merge_counts(survivor.terms, absorbed.terms.items()), LEAF_TERMS)
+    survivor.meta["absorbed"] = [*survivor.meta.get("absorbed", []), absorbed.id]
+    survivor.meta.pop("tags_size", None)  # tags are renormalised on the next pass
+    survivor.meta.pop("detail", None)
+    survivor.meta.pop("detail_x", None)
+    # Links: the survivor inherits them and every linked topic points at the survivor, so no
+    # link dangles (links are symmetric, so the absorbed topic's list finds every back-link).
+    links = [*survivor.meta.get("links", []), *absorbed.meta.get("links", [])]
+    _set_links(survivor, [t for t in links if t != absorbed.id])
+    for tid in absorbed.meta.get("links", []):
+        other = tree.get(tid)
+        if other is None or other.id == survivor.id:
+            continue
+        _set_links(other, [survivor.id if t == absorbed.id else t for t in other.meta.get("links", [])])
+        tree._dirty.add(other.id)
+    tree._dirty.add(survivor.id)
+    tree._to_summarise.add(survivor.id)
+    parent = tree.get(absorbed.parent_id) if absorbed.parent_id else None
+    _drop(tree, absorbed)
+    _refresh_up(tree, parent)
+    _refresh_up(tree, tree.get(survivor.parent_id) if survivor.parent_id else None)
+    return {"survivor": survivor.id, "absorbed": snap, "survivor_before": before,
+            "exchanges": [e.id for e in moved]}
+
+
+def unmerge(store: Store, tree: TreeSession, detail: Mapping[str, Any], seq: int) -> str:
+    """Restore a topic absorbed by a merge, with its own id, exchanges and labels."""
+    snap = detail["absorbed"]
+    survivor = tree.get(detail["survivor"])
+    if survivor is None:
+        raise StateError("the surviving topic no longer exists (undo the later change first)")
+    if tree.get(snap["id"]) is not None:
+        raise StateError(f"topic {snap['id']} already exists")
+    parent = tree.get(snap["parent_id"]) if snap.get("parent_id") else None
+    if parent is None or parent.kind != "theme" or any(c.kind == "theme" for c in tree.children(parent)):
+        parent = tree.get(survivor.parent_id) if survivor.parent_id else tree.root
+    assert parent is not None
+    rec = TopicRecord(
+        id=snap["id"], user_id=survivor.user_id, kind="topic", parent_id=parent.id, title=snap["title"],
+        keywords=list(snap["keywords"]), summary=snap["summary"], frozen=True,
+        created_seq=int(snap.get("created_seq") or 0), meta=dict(snap.get("meta") or {}),
+    )
+    tree._nodes[rec.id] = rec
+    tree._kids[rec.id] = []
+    tree.children(parent)
+    tree._kids[parent.id].append(rec.id)
+    tree._dirty.update({rec.id, parent.id})
+    back = [e for e in store.get_exchanges(survivor.user_id, list(detail.get("exchanges", [])))
+            if e.topic_id == survivor.id]
+    for ex in back:
+        store.update_exchange(dataclasses.replace(ex, topic_id=rec.id))
+    _rebuild_leaf(store, tree, rec)
+    _rebuild_leaf(store, tree, survivor)
+    survivor.meta["absorbed"] = [t for t in survivor.meta.get("absorbed", []) if t != rec.id]
+    before = detail.get("survivor_before") or {}
+    if survivor.size == before.get("size"):
+        # Back to its pre-merge content: its pre-merge labels are right again (LLM ones too).
+        survivor.title, survivor.keywords, survivor.summary = before["title"], list(before["keywords"]), before["summary"]
+        tree._to_summarise.discard(survivor.id)
+    if rec.size == snap.get("size"):
+        tree._to_summarise.discard(rec.id)
+    for tid in rec.meta.get("links", []):
+        other = tree.get(tid)
+        if other is not None:
+            _set_links(other, [*other.meta.get("links", []), rec.id])
+            tree._dirty.add(other.id)
+    _set_links(rec, [t for t in rec.meta.get("links", []) if tree.get(t) is not None])
+    _refresh_up(tree, parent)
+    _refresh_up(tree, tree.get(survivor.parent_id) if survivor.parent_id else None)
+    tree._bound_fanout(parent, seq)
+    return rec.id
+
+
+# -- the run -----------------------------------------------------------------------------------
+@dataclass
+class _Pair:
+    older: TopicRecord
+    newer: TopicRecord
+    sim: float
+
+
+def _leaves(store: Store, user_id: str) -> tuple[TopicRecord | None, dict[str, TopicRecord]]:
+    recs = store.list_topics(user_id)
+    root = next((r for r in recs if r.kind == "root"), None)
+    current = root.meta.get("current") if root is not None else None
+    leaves = {r.id: r for r in recs
+              if r.kind == "topic" and r.frozen and r.id != current and r.size > 0 and r.vec_sum is not None}
+    return root, leaves
+
+
+def _older_first(a: TopicRecord, b: TopicRecord) -> tuple[TopicRecord, TopicRecord]:
+    # TRACE's chronological guard: the topic that started first absorbs the later one.
+    ka = (a.start_seq if a.start_seq is not None else 0, a.created_seq, a.id)
+    kb = (b.start_seq if b.start_seq is not None else 0, b.created_seq, b.id)
+    return (a, b) if ka <= kb else (b, a)
+
+
+def candidate_pairs(store: Store, user_id: str, leaves: Mapping[str, TopicRecord], k: int,
+                    floor: float) -> list[_Pair]:
+    """Topic pairs at least ``floor`` similar, from k-nearest-neighbour search per topic
+    (n searches of k: ~n log n with an ANN index, never all n^2 pairs)."""
+    seen: set[tuple[str, str]] = set()
+    out: list[_Pair] = []
+    for rec in leaves.values():
+        c = rec.centroid()
+        if c is None:
+            continue
+        # Themes share the topic index: ask for extra rows so k leaves remain.
+        for tid, sim in store.vector_search(user_id, "topic", c, 2 * k + 1):
+            if tid == rec.id or tid not in leaves or sim < floor:
+                continue
+            key = (min(tid, rec.id), max(tid, rec.id))
+            if key in seen:
+                continue
+            seen.add(key)
+            older, newer = _older_first(rec, leaves[tid])
+            out.append(_Pair(older, newer, float(sim)))
+    out.sort(key=lambda p: (-p.sim, p.older.id, p.newer.id))
+    return out
+
+
+def consolidate(
+    store: Store,
+    embedder: Embedder,
+    user_id: str,
+    settings: TreeSettings,
+    *,
+    llm: Any = None,
+    options: ConsolidationOptions | None = None,
+) -> ConsolidationReport:
+    """Consolidate one user's memory (see the module docstring); returns what was done.
+
+    ``llm`` is an optional ``LLMRunner`` used for the merge veto. Safe to run while the user
+    keeps writing: decisions are re-checked inside each short write transaction.
+    """
+    opts = options or ConsolidationOptions()
+    thr = opts.thresholds or thresholds_for(getattr(embedder, "name", ""))
+    t0 = time.perf_counter()
+    calls_before = llm.total_calls if llm is not None else 0
+    counts: dict[str, int] = dict.fromkeys(
+        ("candidates", "merged", "linked", "archived", "superseded", "deduplicated", "tagged", "skipped", "vetoed"), 0)
+    changes: list[str] = []
+    notes: list[str] = []
+
+    if opts.merge or opts.link:
+        _merge_and_link(store, user_id, settings, llm, opts, thr, counts, changes, notes)
+    if opts.archive or opts.dedup or opts.supersede:
+        _exchanges_pass(store, user_id, settings, opts, thr, counts, changes)
+    if opts.tags:
+        _tags_pass(store, embedder, user_id, settings, thr, counts)
+
+    return ConsolidationReport(
+        user_id=user_id, **counts,
+        llm_calls=(llm.total_calls - calls_before) if llm is not None else 0,
+        duration=time.perf_counter() - t0, changes=tuple(changes), notes=tuple(notes),
+    )
+
+
+def _merge_and_link(store: Store, user_id: str, settings: TreeSettings, llm: Any, opts: ConsolidationOptions,
+                    thr: Thresholds, counts: dict[str, int], changes: list[str], notes: list[str]) -> None:
+    _, leaves = _leaves(store, user_id)
+    if len(leaves) < 2:
+        return
+    floor = thr.link if opts.link else thr.merge
+    pairs = candidate_pairs(store, user_id, leaves, opts.neighbours, floor)
+    counts["candidates"] = len(pairs)
+    max_size = opts.max_merged_size or 2 * settings.max_topic_size
+    used: set[str] = set()
+    merges: list[tuple[_Pair, Veto]] = []
+    links: list[tuple[_Pair, str]] = []
+    n_docs = max(1, sum(r.size for r in leaves.values()))
+    df: dict[str, int] = {}
+    llm_budget = opts.max_llm_calls
+    for p in pairs:
+        if opts.merge and p.sim >= thr.merge and len(merges) < opts.max_merges:
+            # One merge per topic per run: a chain a<-b<-c is finished by the next run, with
+            # fresh centroids, instead of judged against a topic that is changing.
+            if p.older.id in used or p.newer.id in used:
+                continue
+            if p.older.size + p.newer.size > max_size:
+                counts["skipped"] += 1
+                links.append((p, "size"))
+                continue
+            a_ex = store.list_exchanges(user_id, topic_id=p.older.id, status="completed")
+            b_ex = store.list_exchanges(user_id, topic_id=p.newer.id, status="completed")
+            if llm is not None:
+                if llm_budget <= 0:
+                    counts["skipped"] += 1
+                    continue
+                llm_budget -= 1
+                verdict = _llm_veto(llm, p, a_ex, b_ex)
+            else:
+                need = [t for t in {*p.older.terms, *p.newer.terms} if t not in df]
+                if need:
+                    df.update(store.get_term_df(user_id, need))
+                verdict = lexical_veto(p.older, p.newer, [e.text for e in a_ex], [e.text for e in b_ex], df, n_docs)
+            if verdict.ok:
+                used.update({p.older.id, p.newer.id})
+                merges.append((p, verdict))
+            else:
+                counts["vetoed"] += 1
+                links.append((p, f"vetoed by {verdict.by}"))
+        elif opts.link and p.sim < thr.merge:
+            links.append((p, "similar"))
+    if not merges and not (opts.link and links):
+        return
+    with store.transaction(user_id):
+        tree = TreeSession(store, user_id, settings)
+        current = tree.root.meta.get("current")
+        for p, verdict in merges:
+            a, b = tree.get(p.older.id), tree.get(p.newer.id)
+            # Re-check inside the transaction: the user may have written while the LLM thought.
+            if (a is None or b is None or not a.frozen or not b.frozen or current in (a.id, b.id)
+                    or a.size != p.older.size or b.size != p.newer.size):
+                counts["skipped"] += 1
+                continue
+            detail = merge_topics(store, tree, a, b)
+            detail.update({"similarity": round(p.sim, 4), "threshold": thr.merge,
+                           "veto": {"by": verdict.by, **verdict.detail},
+                           "reason": "older topic absorbs a newer one on the same subject"})
+            changes.append(store.log_change(user_id, "merge", b.id, detail))
+            counts["merged"] += 1
+        if opts.link:
+            for p, why in links:
+                a, b = tree.get(p.older.id), tree.get(p.newer.id)
+                if a is None or b is None or b.id in a.meta.get("links", []):
+                    continue
+                if len(a.meta.get("links", [])) >= opts.max_links or len(b.meta.get("links", [])) >= opts.max_links:
+                    continue
+                _set_links(a, [*a.meta.get("links", []), b.id])
+                _set_links(b, [*b.meta.get("links", []), a.id])
+                tree._dirty.update({a.id, b.id})
+                changes.append(store.log_change(user_id, "link", a.id, {
+                    "a": a.id, "b": b.id, "similarity": round(p.sim, 4), "threshold": thr.link, "reason": why}))
+                counts["linked"] += 1
+        tree.flush()
+
+
+def _llm_veto(llm: Any, p: _Pair, a_ex: Sequence[Exchange], b_ex: Sequence[Exchange]) -> Veto:
+    from ..llm.roles import veto_merge
+    from .enrich import to_card, to_turns
+
+    verdict = veto_merge(llm, to_card(p.older), to_turns(a_ex), to_card(p.newer), to_turns(b_ex))
+    if verdict is None:
+        # No verdict (failure, refusal, garbage) keeps the topics apart: doing nothing is safe.
+        return Veto(False, "llm", {"verdict": None})
+    return Veto(bool(verdict.same_topic), "llm", {"verdict": bool(verdict.same_topic), "reason": verdict.reason})
+
+
+def _exchanges_pass(store: Store, user_id: str, settings: TreeSettings, opts: ConsolidationOptions,
+                    thr: Thresholds, counts: dict[str, int], changes: list[str]) -> None:
+    """Archive, dedup and supersession over the exchanges added since the last run (the
+    watermark in the root's meta), each new exchange looked up once in the vector index."""
+    roots = store.list_topics(user_id, parent_id=None)
+    if not roots:
+        return
+    mark = int((roots[0].meta.get("consolidated") or {}).get("seq", 0))
+    pending = store.list_exchanges(user_id, status="completed", after_seq=mark)
+    if not pending:
+        return
+    high = pending[-1].seq
+    for start in range(0, len(pending), opts.batch):
+        chunk = pending[start : start + opts.batch]
+        vecs = store.get_vectors(user_id, "exchange", [e.id for e in chunk])
+        plans: list[tuple[str, Exchange, dict[str, Any]]] = []
+        for ex in chunk:
+            if ex.archived:
+                continue
+            if opts.archive and is_trivial(ex):
+                plans.append(("archive", ex, {"reason": "trivial", "words": len(ex.text.split())}))
+                continue
+            v = vecs.get(ex.id)
+            if v is None:
+                continue
+            hits = store.vector_search(user_id, "exchange", v, 6)
+            older_ids = [(i, s) for i, s in hits if i != ex.id]
+            if not older_ids:
+                continue
+            near = store.get_exchanges(user_id, [i for i, _ in older_ids])
+            by_id = {e.id: e for e in near}
+            done = False
+            if opts.dedup:
+                for oid, sim in older_ids:
+                    o = by_id.get(oid)
+                    if (o is not None and sim >= thr.duplicate and o.seq < ex.seq and o.status == "completed"
+                            and not marks(o).get("duplicate_of")
+                            and near_duplicate_text(o.text, ex.text)):
+                        plans.append(("dedup", ex, {"of": o.id, "similarity": round(sim, 4)}))
+                        done = True
+                        break
+            if done or not opts.supersede or not update_cue(ex.user_text):
+                continue
+            mine = names(ex.user_text) | set(terms(ex.user_text))
+            for oid, sim in older_ids:
+                o = by_id.get(oid)
+                if o is None or o.seq >= ex.seq or sim < thr.supersede or o.archived or superseded_by(o):
+                    continue
+                shared_names = names(o.text) & names(ex.user_text)
+                shared_terms = (set(terms(o.text)) & mine) - {"actually", "now", "anymore", "instead"}
+                if shared_names and len(shared_terms) >= 2:
+                    plans.append(("supersede", o, {"by": ex.id, "similarity": round(sim, 4),
+                                                   "shared": sorted(shared_terms)[:8]}))
+                    break
+        if not plans:
+            continue
+        with store.transaction(user_id):
+            for action, ex, detail in plans:
+                cur = store.get_exchange(ex.id)
+                if cur is None or cur.status != "completed":
+                    continue
+                if action == "archive" and not cur.archived:
+                    store.update_exchange(dataclasses.replace(cur, archived=True))
+                    counts["archived"] += 1
+                elif action == "dedup" and not cur.archived:
+                    store.update_exchange(dataclasses.replace(with_marks(cur, duplicate_of=detail["of"]), archived=True))
+                    counts["deduplicated"] += 1
+                elif action == "supersede" and not superseded_by(cur):
+                    newer = store.get_exchange(detail["by"])
+                    if newer is None:
+                        continue
+                    store.update_exchange(with_marks(cur, superseded_by=newer.id))
+                    prior = list(marks(newer).get("supersedes") or [])
+                    store.update_exchange(with_marks(newer, supersedes=[*prior, cur.id]))
+                    counts["superseded"] += 1
+                else:
+                    continue
+                changes.append(store.log_change(user_id, action, ex.id, detail))
+    with store.transaction(user_id):
+        tree = TreeSession(store, user_id, settings)
+        tree.root.meta["consolidated"] = {"seq": max(mark, high), "at": time.time()}
+        tree._dirty.add(tree.root.id)
+        tree.flush()
+
+
+def _topic_tags(rec: TopicRecord) -> list[str]:
+    raw = rec.meta.get("retrieval_terms") if rec.meta.get("label_source") == "llm" else None
+    words = [str(t) for t in (raw or rec.keywords)][:6]
+    return [" ".join(w.casefold().split()) for w in words if w.strip()]
+
+
+def normalise_tags(tags: Sequence[str], vocab: Sequence[str], embed: Any, threshold: float) -> dict[str, str]:
+    """Map each tag to a canonical tag: itself (exact match or new) or the closest known tag
+    when their embeddings are at least ``threshold`` similar. Meaning, never substrings."""
+    known = list(dict.fromkeys(vocab))
+    todo = [t for t in dict.fromkeys(tags) if t not in set(known)]
+    out = {t: t for t in tags if t in set(known)}
+    if not todo:
+        return out
+    vecs = embed([*known, *todo])
+    kv = [vecs[i] for i in range(len(known))]
+    names_ = list(known)
+    for j, tag in enumerate(todo):
+        v = vecs[len(known) + j]
+        if kv:
+            sims = np.stack(kv) @ v
+            best = int(np.argmax(sims))
+            if float(sims[best]) >= threshold:
+                out[tag] = names_[best]
+                continue
+        out[tag] = tag
+        kv.append(v)
+        names_.append(tag)
+    return out
+
+
+def _tags_pass(store: Store, embedder: Embedder, user_id: str, settings: TreeSettings, thr: Thresholds,
+               counts: dict[str, int]) -> None:
+    _, leaves = _leaves(store, user_id)
+    stale = [r for r in leaves.values() if r.meta.get("tags_size") != r.size]
+    if not stale:
+        return
+    freq: dict[str, int] = {}
+    for r in leaves.values():
+        if r.meta.get("tags_size") == r.size:
+            for t in r.meta.get("tags", []):
+                freq[t] = freq.get(t, 0) + 1
+    vocab = [t for t, _ in sorted(freq.items(), key=lambda kv: -kv[1])[:2000]]
+    raw = {r.id: _topic_tags(r) for r in stale}
+    mapping = normalise_tags([t for ts in raw.values() for t in ts], vocab, embedder.embed, thr.tag)
+    with store.transaction(user_id):
+        tree = TreeSession(store, user_id, settings)
+        for r in stale:
+            node = tree.get(r.id)
+            if node is None or node.size != r.size:
+                continue
+            node.meta["tags"] = list(dict.fromkeys(mapping.get(t, t) for t in raw[r.id]))
+            node.meta["tags_size"] = node.size
+            tree._dirty.add(node.id)
+            counts["tagged"] += 1
+        tree.flush()
+
+
+# -- undo and history --------------------------------------------------------------------------
+def find_change(store: Store, user_id: str, change_id: str, scan: int = 100_000) -> ChangeRecord | None:
+    return next((c for c in store.list_changes(user_id, limit=scan) if c.id == change_id), None)
+
+
+def is_undone(store: Store, user_id: str, change_id: str) -> bool:
+    return any(c.action == "undo" for c in store.list_changes(user_id, target_id=change_id, limit=10))
+
+
+def undo_change(store: Store, user_id: str, change: ChangeRecord, settings: TreeSettings) -> str:
+    """Reverse one logged merge, archive, dedup, supersession or link; returns the undo's id."""
+    if change.action not in UNDOABLE:
+        raise StateError(f"a {change.action!r} change cannot be undone")
+    if is_undone(store, user_id, change.id):
+        raise StateError(f"change {change.id} was already undone")
+    d = change.detail
+    with store.transaction(user_id):
+        restored: dict[str, Any] = {}
+        if change.action == "merge":
+            tree = TreeSession(store, user_id, settings)
+            seq = max(0, tree.root.end_seq or 0)
+            restored["topic"] = unmerge(store, tree, d, seq)
+            tree.flush()
+        elif change.action in ("archive", "dedup"):
+            ex = store.get_exchange(change.target_id)
+            if ex is None:
+                raise NotFoundError(f"exchange {change.target_id} no longer exists")
+            store.update_exchange(dataclasses.replace(with_marks(ex, duplicate_of=None), archived=False))
+        elif change.action == "supersede":
+            ex = store.get_exchange(change.target_id)
+            if ex is not None:
+                store.update_exchange(with_marks(ex, superseded_by=None))
+            newer = store.get_exchange(str(d.get("by")))
+            if newer is not None:
+                rest = [i for i in marks(newer).get("supersedes") or [] if i != change.target_id]
+                store.update_exchange(with_marks(newer, supersedes=rest or None))
+        elif change.action == "link":
+            tree = TreeSession(store, user_id, settings)
+            a, b = tree.get(d["a"]), tree.get(d["b"])
+            for x, y in ((a, b), (b, a)):
+                if x is not None and y is not None:
+                    _set_links(x, [t for t in x.meta.get("links", []) if t != y.id])
+                    tree._dirty.add(x.id)
+            tree.flush()
+        return store.log_change(user_id, "undo", change.id, {"action": change.action, "target": change.target_id, **restored})
+
+
+def mentions(change: ChangeRecord, item_id: str) -> bool:
+    """Whether a change concerns ``item_id`` (as target or anywhere in its detail)."""
+    if change.target_id == item_id:
+        return True
+
+    def walk(v: Any) -> bool:
+        if isinstance(v, str):
+            return v == item_id
+        if isinstance(v, Mapping):
+            return any(walk(x) for x in v.values())
+        if isinstance(v, (list, tuple)):
+            return any(walk(x) for x in v)
+        return False
+
+    return walk(change.detail)
+
+
+# -- recall helpers (used by retrieve/engine.py) -----------------------------------------------
+def rerank_superseded(store: Store, user_id: str, scores: dict[str, float],
+                      exchanges: dict[str, Exchange], demote: float = 0.8) -> list[str]:
+    """Prefer updates over the facts they superseded, keeping both.
+
+    For every candidate exchange that a newer one superseded: the newer one joins the
+    candidates (loaded into ``exchanges``) with at least the older one's score, and the older
+    one is demoted (``demote``x) but not dropped, so it can still be shown, marked. Returns the
+    ids that joined.
+    """
+    want = {sb: eid for eid in list(scores) if (ex := exchanges.get(eid)) is not None
+            and (sb := superseded_by(ex)) is not None}
+    if not want:
+        return []
+    joined = []
+    for newer in store.get_exchanges(user_id, list(want)):
+        if newer.status != "completed" or newer.archived:
+            continue
+        old_score = scores[want[newer.id]]
+        if newer.id not in scores:
+            joined.append(newer.id)
+        exchanges.setdefault(newer.id, newer)
+        scores[newer.id] = max(scores.get(newer.id, 0.0), old_score * 1.05)
+        scores[want[newer.id]] = old_score * demote
+    return joined
+
+
+def linked_topics(store: Store, user_id: str, topic_scores: Mapping[str, float], top: int = 3,
+                  weight: float = 0.5) -> dict[str, float]:
+    """Topics linked to the ``top`` strongest ones, scored ``weight`` x the linking topic's
+    score (for recall to follow cross-links; the packer's budget still bounds what is shown)."""
+    out: dict[str, float] = {}
+    for tid, s in sorted(topic_scores.items(), key=lambda kv: -kv[1])[:top]:
+        rec = store.get_topic(tid)
+        if rec is None or rec.user_id != user_id:
+            continue
+        for other in rec.meta.get("links", []):
+            if other not in topic_scores:
+                out[other] = max(out.get(other, 0.0), weight * s)
+    return out
+
+
+def passive_topics(store: Store, user_id: str) -> list[str]:
+    """Ids of the user's topics whose recall mode is ``passive`` or ``both`` (kept in the root's
+    meta so recall reads one row, not every topic)."""
+    roots = store.list_topics(user_id, parent_id=None)
+    return list(roots[0].meta.get("passive", [])) if roots else []
+
+
+__all__ = [
+    "ConsolidationOptions",
+    "ConsolidationReport",
+    "Thresholds",
+    "THRESHOLDS",
+    "consolidate",
+    "thresholds_for",
+    "is_trivial",
+    "update_cue",
+    "names",
+    "lexical_veto",
+    "near_duplicate_text",
+    "normalise_tags",
+    "merge_topics",
+    "unmerge",
+    "undo_change",
+    "find_change",
+    "mentions",
+    "marks",
+    "superseded_by",
+    "rerank_superseded",
+    "linked_topics",
+    "passive_topics",
+]
