@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -24,7 +24,10 @@ from .embed import Embedder, make_embedder
 from .errors import ConfigError, NotFoundError, StateError, ValidationError
 from .llm import LLM, LLMCall, LLMRunner, make_runner
 from .models import Exchange, Hit, Recall, Stats, Topic
+from .organize.consolidate import ConsolidationOptions, consolidate
 from .organize.enrich import EnrichReport, organize_labels, topic_detail
+from .organize.models import Change, ConsolidationReport, RecallMode, TopicReading
+from .organize.reading import change_history, read_topic, set_recall_mode, undo
 from .organize.tree import TreeSession, new_id
 from .retrieve.engine import Retriever
 from .retrieve.llm_plan import RecallPlanner
@@ -304,6 +307,55 @@ class Memory:
         if rec is None or rec.user_id != uid:
             raise NotFoundError(f"no topic {topic_id!r}")
         return topic_detail(self.store, self.llm, rec)
+
+    # -- consolidation (organize/consolidate.py) ------------------------------------------------
+    @overload
+    def consolidate(self, user_id: str, *, options: ConsolidationOptions | None = None) -> ConsolidationReport: ...
+    @overload
+    def consolidate(self, user_id: None = None, *, options: ConsolidationOptions | None = None
+                    ) -> list[ConsolidationReport]: ...
+    def consolidate(self, user_id: str | None = None, *, options: ConsolidationOptions | None = None
+                    ) -> ConsolidationReport | list[ConsolidationReport]:
+        """Merge, link, archive, dedup, mark superseded facts and normalise tags for one user
+        (or, with no ``user_id``, every user, returning one report each). Logged and undoable;
+        LLM veto calls, when an LLM is configured, are made with no lock held."""
+        if user_id is None:
+            return [self.consolidate(u, options=options) for u in self.store.list_users()]
+        uid = v.user_id(user_id)
+        return consolidate(self.store, self.embedder, uid, self.settings.tree, llm=self.llm, options=options)
+
+    def read(self, topic_id: str, *, user_id: str, depth: int = 0) -> TopicReading:
+        """Read a topic at one of three tiers: 0 title and summary, 1 detailed summary (the
+        LLM's when configured, else extractive; cached until the topic changes), 2 the
+        verbatim exchanges."""
+        uid = v.user_id(user_id)
+        if depth not in (0, 1, 2):
+            raise ValidationError("depth must be 0, 1 or 2")
+        view = self.topic(topic_id, user_id=uid)
+        rec = self.store.get_topic(topic_id)
+        assert rec is not None
+        return read_topic(self.store, self.llm, rec, view, depth)
+
+    def history(self, item_id: str, *, user_id: str | None = None, limit: int = 100) -> list[Change]:
+        """Every logged change concerning a topic or exchange (merges, splits, archives,
+        links, undos...), newest first; absorbed topic ids are found too."""
+        return change_history(self.store, item_id, user_id=None if user_id is None else v.user_id(user_id),
+                              limit=limit)
+
+    def undo(self, change_id: str, *, user_id: str | None = None) -> Change:
+        """Reverse a logged merge, archive, dedup, supersession or link; returns the undo's
+        own log entry. A merge is restored with the absorbed topic's original id."""
+        return undo(self.store, change_id, self.settings.tree, user_id=None if user_id is None else v.user_id(user_id))
+
+    def set_recall_mode(self, topic_id: str, mode: RecallMode, *, user_id: str) -> Topic:
+        """``passive`` (always in the recalled context, within its budget share), ``active``
+        (recalled when relevant; the default) or ``both``."""
+        set_recall_mode(self.store, v.user_id(user_id), topic_id, mode, self.settings.tree)
+        return self.topic(topic_id, user_id=user_id)
+
+    def pin(self, topic_id: str, *, user_id: str) -> Topic:
+        """Keep a topic in every recalled context (recall mode ``both``)."""
+        return self.set_recall_mode(topic_id, "both", user_id=user_id)
 
     def llm_log(self, *, failures_only: bool = False) -> list[LLMCall]:
         """Recent LLM calls (role, model, input size, raw output, error), oldest first."""
