@@ -1,0 +1,163 @@
+"""The MCP server: arbormem as a memory for desktop assistants and agent hosts.
+
+``create_server(memory, user_id)`` builds an ``MCPServer`` (official ``mcp`` SDK; v1 called
+it ``FastMCP``) bound to ONE user: no tool takes a user id, so a client can only reach that
+user's partition, and ids of anyone else's exchanges or topics are "not found". Tools:
+
+============  ==============================================================  ============
+tool          does                                                            annotation
+============  ==============================================================  ============
+remember      store an exchange (message + reply) or a note (message only)    write
+recall        the memory context to inject for a message, within max_tokens   read-only
+search        ranked exchanges for a query                                    read-only
+list_topics   browse the tree: the children of a theme (top level by default) read-only
+read_topic    a topic at a tier: 0 summary, 1 detailed summary, 2 verbatim    read-only
+forget        delete an exchange, or every exchange of a topic                destructive
+============  ==============================================================  ============
+
+``arbormem mcp --db PATH --user ID`` serves it over stdio (what desktop clients launch);
+``--http`` serves streamable HTTP on 127.0.0.1 (no authentication: keep it on loopback, or use
+the HTTP API with tokens for remote access). Tool functions are sync; the SDK runs them in a
+worker thread.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..errors import ArbormemError, NotFoundError, ValidationError
+from ..memory import Memory
+from . import views
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+INSTRUCTIONS = (
+    "Long-term memory of your conversations with this user, organised as a tree of topics. "
+    "Call `recall` with the user's new message to get relevant earlier exchanges; `remember` "
+    "important exchanges; browse with `list_topics` and `read_topic`; `forget` deletes."
+)
+
+
+def _sdk() -> tuple[Any, Any, Any]:
+    try:
+        from mcp.server.mcpserver.exceptions import ToolError
+        from mcp.types import ToolAnnotations
+    except ImportError as exc:
+        raise ImportError("the MCP server needs the MCP SDK: pip install 'arbormem[mcp]'") from exc
+    try:
+        from mcp.server import MCPServer as Server  # SDK v2
+    except ImportError:  # pragma: no cover - SDK v1
+        from mcp.server.fastmcp import FastMCP as Server
+    return Server, ToolAnnotations, ToolError
+
+
+def create_server(memory: Memory, user_id: str, *, name: str = "arbormem") -> Any:
+    """An MCP server whose tools read and write ``user_id``'s memory in ``memory``."""
+    Server, ToolAnnotations, ToolError = _sdk()
+    from ..validate import user_id as check_user
+
+    uid = check_user(user_id)
+    server = Server(name, instructions=INSTRUCTIONS)
+    read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+    write = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+    destructive = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                                  open_world_hint=False)
+
+    def errors(fn: F) -> F:
+        # Library errors reach the model as a clear tool error (code + message) instead of the
+        # SDK's generic "Error executing tool" for unexpected exceptions.
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except ArbormemError as exc:
+                raise ToolError(f"{exc.code}: {exc}") from exc
+
+        return wrapper  # type: ignore[return-value]
+
+    @server.tool(annotations=write)
+    @errors
+    def remember(message: str, reply: str | None = None, session_id: str | None = None) -> dict[str, Any]:
+        """Store an exchange in long-term memory: the user's message and, if given, the
+        assistant's reply (without a reply it is stored as a note). Returns its id, sequence
+        number and the topic it was filed under."""
+        msgs = [{"role": "user", "content": message}]
+        if reply:
+            msgs.append({"role": "assistant", "content": reply})
+        ex = memory.add(msgs, user_id=uid, session_id=session_id)
+        topic = memory.topic(ex.topic_id, user_id=uid) if ex.topic_id else None
+        return {"id": ex.id, "seq": ex.seq, "topic_id": ex.topic_id,
+                "topic_path": list(topic.path) if topic else []}
+
+    @server.tool(annotations=read_only)
+    @errors
+    def recall(message: str, max_tokens: int = 1024) -> dict[str, Any]:
+        """The memory context relevant to a new user message, within max_tokens: quoted
+        earlier exchanges grouped by topic (text), with the exchanges and topics it used."""
+        r = memory.recall(message, user_id=uid, max_tokens=max_tokens)
+        return {"text": r.text, "tokens": r.tokens,
+                "exchanges": [{"id": e.id, "seq": e.seq, "topic_id": e.topic_id,
+                               "at": e.user_at.isoformat()} for e in r.exchanges],
+                "topics": [{"id": t.id, "path": list(t.path)} for t in r.topics]}
+
+    @server.tool(annotations=read_only)
+    @errors
+    def search(query: str, limit: int = 10) -> dict[str, Any]:
+        """Exchanges ranked by relevance to a query (lexical + semantic), with topic paths."""
+        hits = memory.search(query, user_id=uid, limit=limit)
+        return {"hits": [{"id": h.exchange.id, "score": round(h.score, 6), "path": list(h.path),
+                          "at": h.exchange.user_at.isoformat(), "user": h.exchange.user_text,
+                          "assistant": h.exchange.assistant_text} for h in hits]}
+
+    @server.tool(annotations=read_only)
+    @errors
+    def list_topics(parent_id: str | None = None) -> dict[str, Any]:
+        """Browse the topic tree: the themes and topics directly under parent_id (the top
+        level when omitted), with titles, keywords, sizes and dates. Open a theme by passing
+        its id as parent_id; read a topic with read_topic."""
+        root = memory.tree(user_id=uid)
+        node = root if parent_id is None else next((t for t in root.walk() if t.id == parent_id), None)
+        if node is None:
+            raise NotFoundError(f"no topic {parent_id!r}")
+        return {"parent": None if node.kind == "root" else views.topic_dict(node),
+                "children": [{**views.topic_dict(c), "children": len(c.children)} for c in node.children]}
+
+    @server.tool(annotations=read_only)
+    @errors
+    def read_topic(topic_id: str, tier: int = 0) -> dict[str, Any]:
+        """Read a topic at a tier: 0 = title, keywords and summary; 1 = a detailed summary;
+        2 = the verbatim exchanges."""
+        return views.read_topic(memory, uid, topic_id, tier)
+
+    @server.tool(annotations=destructive)
+    @errors
+    def forget(exchange_id: str | None = None, topic_id: str | None = None) -> dict[str, Any]:
+        """Permanently delete one exchange (exchange_id) or every exchange of a topic
+        (topic_id) from memory and all its indexes."""
+        if (exchange_id is None) == (topic_id is None):
+            raise ValidationError("pass exactly one of exchange_id and topic_id")
+        if exchange_id is not None:
+            ids = [views.owned_exchange(memory, uid, exchange_id).id]
+        else:
+            assert topic_id is not None
+            ids = [e.id for e in views.topic_exchanges(memory, uid, topic_id, limit=100_000)]
+        for x in ids:
+            memory.delete(x)
+        return {"deleted": ids}
+
+    return server
+
+
+def run(memory: Memory, user_id: str, *, http: bool = False, host: str = "127.0.0.1",
+        port: int = 8765) -> None:
+    """Serve over stdio (default) or streamable HTTP at ``http://host:port/mcp``."""
+    server = create_server(memory, user_id)
+    if http:
+        server.run("streamable-http", host=host, port=port)
+    else:
+        server.run()
+
+
+__all__ = ["create_server", "run", "INSTRUCTIONS"]
