@@ -283,6 +283,14 @@ def _register_optional() -> None:
         main.add_command(migrate_store, "migrate-store")
     except ImportError:
         pass
+    try:
+        from .server.cli import chat, mcp, serve
+
+        main.add_command(serve, "serve")
+        main.add_command(mcp, "mcp")
+        main.add_command(chat, "chat")
+    except ImportError:
+        pass
 
 
 _register_optional()
