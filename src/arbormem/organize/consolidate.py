@@ -40,7 +40,7 @@ import dataclasses
 import math
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -813,6 +813,44 @@ def linked_topics(store: Store, user_id: str, topic_scores: Mapping[str, float],
     return out
 
 
+#: Most of a recall's budget that pinned (passive/both) topics may take.
+PASSIVE_SHARE = 0.25
+
+
+def pinned_exchanges(store: Store, user_id: str, cost: Callable[[Exchange], int], budget: int) -> list[Exchange]:
+    """The latest exchanges of the user's pinned topics whose ``cost`` (tokens) fits in
+    ``budget``, newest first per topic, topics taking turns so each pinned topic shows."""
+    per_topic = []
+    for tid in passive_topics(store, user_id):
+        exs = [e for e in store.list_exchanges(user_id, topic_id=tid, status="completed") if not e.archived]
+        per_topic.append(list(reversed(exs)))
+    out: list[Exchange] = []
+    used = 0
+    for rank in range(max((len(x) for x in per_topic), default=0)):
+        for exs in per_topic:
+            if rank < len(exs):
+                c = cost(exs[rank])
+                if used + c <= budget:
+                    out.append(exs[rank])
+                    used += c
+    return out
+
+
+def recall_marks(store: Store, user_id: str, scores: dict[str, float], exchanges: dict[str, Exchange],
+                 budget: int, cost: Callable[[Exchange], int]) -> dict[str, str]:
+    """The recall hook (retrieve/engine.py): apply ``rerank_superseded``, then put the pinned
+    topics' latest exchanges (within ``PASSIVE_SHARE`` of ``budget``) above every other
+    candidate. Updates ``scores``/``exchanges`` in place; returns {joined id: source}."""
+    joined = dict.fromkeys(rerank_superseded(store, user_id, scores, exchanges), "update")
+    pinned = pinned_exchanges(store, user_id, cost, int(budget * PASSIVE_SHARE))
+    top = max(scores.values(), default=1.0)
+    for ex in pinned:
+        exchanges.setdefault(ex.id, ex)
+        scores[ex.id] = max(scores.get(ex.id, 0.0), 2.0 * abs(top) + 1.0)
+        joined[ex.id] = "pinned"
+    return joined
+
+
 def passive_topics(store: Store, user_id: str) -> list[str]:
     """Ids of the user's topics whose recall mode is ``passive`` or ``both`` (kept in the root's
     meta so recall reads one row, not every topic)."""
@@ -843,4 +881,7 @@ __all__ = [
     "rerank_superseded",
     "linked_topics",
     "passive_topics",
+    "pinned_exchanges",
+    "PASSIVE_SHARE",
+    "recall_marks",
 ]
