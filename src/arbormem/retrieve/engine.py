@@ -26,6 +26,7 @@ import numpy as np
 from ..config import RecallSettings
 from ..embed.base import Embedder
 from ..models import Exchange, Hit, Recall, RecallTrace, Topic
+from ..organize.consolidate import recall_marks
 from ..store.base import Store, TopicRecord
 from ..tokens import TokenCounter
 from .query import QueryAnalysis, analyse
@@ -178,6 +179,15 @@ class Retriever:
                 n.score = max(n.score, 0.35 * c.score)
                 n.sources.add("neighbour")
         timings["expand"] = (time.perf_counter() - t0) * 1000
+
+        # Consolidation marks (organize/consolidate.py): updates outrank the facts they
+        # superseded (both stay, rendered marked); pinned topics' latest exchanges come first.
+        scores = {i: c.score for i, c in cands.items()}
+        for i, source in recall_marks(self.store, user_id, scores, exchanges, max_tokens,
+                                      lambda e: self.counter.count(render_exchange(e)) + 1).items():
+            cands.setdefault(i, _Cand(i)).sources.add(source)
+        for i, s in scores.items():
+            cands[i].score = s
 
         # Recent exchanges, within their share of the budget.
         t0 = time.perf_counter()
