@@ -66,9 +66,23 @@ def render_exchange(ex: Exchange, dated: bool = True) -> str:
     lines = _role_lines(ex)
     if not lines:
         return ""
+    mark = fact_mark(ex)
+    if mark:
+        lines[0] = f"{mark} {lines[0]}"
     if dated:
         lines[0] = f"[{ex.user_at.date().isoformat()}] {lines[0]}"
     return "\n".join(lines)
+
+
+def fact_mark(ex: Exchange) -> str:
+    """``(superseded)`` / ``(update)`` for exchanges the organiser marked (organize/consolidate.py:
+    a newer exchange corrected the older one's fact; both are shown, the reader sees which holds)."""
+    marks = ex.metadata.get("_arbormem") if isinstance(ex.metadata, Mapping) else None
+    if not isinstance(marks, Mapping):
+        return ""
+    if marks.get("superseded_by"):
+        return "(superseded)"
+    return "(update)" if marks.get("supersedes") else ""
 
 
 def packet_header(path: Sequence[str], day: str | None = None) -> str:
