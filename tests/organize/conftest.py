@@ -1,0 +1,95 @@
+"""Helpers of the consolidation tests: conversations that fragment, and a full structural
+check of a user's tree and indexes (what must hold after every consolidation and undo)."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+
+from arbormem import Memory
+from arbormem.text import terms
+from tests.conftest import chat
+
+SUBJECTS = {
+    "garden": "tomatoes compost seedlings watering greenhouse soil basil",
+    "code": "python asyncio pytest refactor deploy docker database",
+    "travel": "kyoto tokyo train ryokan temple passport flight",
+    "fitness": "marathon running intervals shoes knee stretching pace",
+    "music": "piano scales chopin practice metronome recital chords",
+    "money": "budget savings mortgage pension invoice taxes interest",
+    "food": "sourdough starter flour oven crust hydration loaf",
+    "family": "daughter school homework birthday grandparents holiday",
+}
+T0 = datetime(2024, 1, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def fragmented(n: int, seed: int = 3, per_session: int = 12) -> list[dict]:
+    """A conversation that keeps coming back to the same subjects in separate sessions, so
+    the same subject ends up in many separate topics (what consolidation should fix)."""
+    rng = random.Random(seed)
+    names = list(SUBJECTS)
+    items, subject = [], names[0]
+    for i in range(n):
+        if i % 4 == 0:
+            subject = rng.choice(names)
+        words = SUBJECTS[subject].split()
+        u = " ".join(rng.choice(words) for _ in range(8))
+        a = " ".join(rng.choice(words) for _ in range(8))
+        items.append({"messages": chat(f"{u} ({i})", a), "session_id": f"s{i // per_session}",
+                      "at": T0 + timedelta(hours=i)})
+    return items
+
+
+def check_tree(mem: Memory, uid: str) -> dict[str, int]:
+    """Assert every structural invariant of a user's tree and its indexes; return counts."""
+    store = mem.store
+    recs = {r.id: r for r in store.list_topics(uid)}
+    roots = [r for r in recs.values() if r.kind == "root"]
+    assert len(roots) == 1
+    root = roots[0]
+    kids: dict[str, list[str]] = {}
+    for r in recs.values():
+        if r.parent_id is not None:
+            assert r.parent_id in recs, f"{r.id} has a missing parent"
+            kids.setdefault(r.parent_id, []).append(r.id)
+    completed = [e for e in store.iter_exchanges(uid) if e.status == "completed"]
+    by_topic: dict[str, list] = {}
+    for e in completed:
+        assert e.topic_id in recs and recs[e.topic_id].kind == "topic", f"exchange {e.seq} lost its topic"
+        by_topic.setdefault(e.topic_id, []).append(e)
+    vecs = store.get_vectors(uid, "exchange", [e.id for e in completed])
+    depths = set()
+    for r in recs.values():
+        if r.kind == "topic":
+            members = by_topic.get(r.id, [])
+            assert r.size == len(members) > 0, f"topic {r.id} size {r.size} != {len(members)}"
+            assert r.start_seq == min(e.seq for e in members) and r.end_seq == max(e.seq for e in members)
+            assert np.allclose(r.vec_sum, np.sum([vecs[e.id] for e in members], axis=0), atol=1e-3)
+            assert r.id not in kids
+            d, node = 0, r
+            while node.parent_id is not None:
+                node, d = recs[node.parent_id], d + 1
+            depths.add(d)
+        elif r.kind == "theme":
+            ch = kids.get(r.id, [])
+            assert ch, f"empty theme {r.id}"
+            assert r.size == sum(recs[c].size for c in ch)
+            assert r.start_seq == min(recs[c].start_seq for c in ch)
+        assert len(kids.get(r.id, [])) <= mem.settings.tree.max_children
+        for other in r.meta.get("links", []):
+            assert other in recs, f"dangling link {r.id} -> {other}"
+            assert r.id in recs[other].meta.get("links", []), "links must be both ways"
+    assert root.size == len(completed)
+    assert len(depths) <= 1, "every topic sits at the same depth"
+    # Every topic and theme is in both indexes, and nothing else is.
+    nodes = [r for r in recs.values() if r.kind != "root"]
+    indexed = {i for i, _ in store.vector_search(uid, "topic", nodes[0].centroid(), 100_000)}
+    assert indexed == {r.id for r in nodes}
+    for r in nodes:
+        top = [i for i, _ in store.vector_search(uid, "topic", r.centroid(), 4)]
+        assert r.id in top, f"topic {r.id} not found by its own centroid"
+        words = terms(r.title) or list(r.keywords)
+        assert r.id in {i for i, _ in store.text_search(uid, "topic", words, 100_000)}, f"{r.id} not in text index"
+    return {"topics": sum(r.kind == "topic" for r in nodes), "themes": sum(r.kind == "theme" for r in nodes)}
