@@ -38,3 +38,20 @@ def test_common_terms_past_the_postings_cap(store: pg.PostgresStore, monkeypatch
                 assert score <= full[item_id] + 1e-9
             if len(q) == 1:  # one term: its postings carry every score exactly
                 assert all(score == pytest.approx(full[i]) for i, score in got)
+
+
+def test_sampled_document_frequencies(store: pg.PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(1, 41):
+        body = f"river {'bridge ' * (i % 4)}walk {i}" + (" otter" if i % 10 == 0 else "")
+        store.insert_exchange(ex("u", i, body))
+        store.put_text("u", "exchange", f"e_u_{i}", body)
+    query = ["river", "bridge", "otter"]
+    monkeypatch.setattr(pg, "_POSTINGS_CAP", 5)  # river and bridge are common
+    counted = store.text_search("u", "exchange", query, 5)
+    assert {i for i, _ in counted[:4]} == {"e_u_10", "e_u_20", "e_u_30", "e_u_40"}
+    # a big partition estimates them from a page sample; a sample of every page is exact
+    store._df_cache.clear()
+    monkeypatch.setattr(pg, "_EXACT_DF_DOCS", 0)
+    monkeypatch.setattr(pg, "_DF_SAMPLE", 10**6)
+    assert store.text_search("u", "exchange", query, 5) == counted
+    assert store._df_cache[("u", "exchange", "river")] == (40, 40)

@@ -86,6 +86,10 @@ _BM25_B = 0.75
 # term in more documents (low idf in a big partition) only scores the candidates found by
 # the rarer terms (see text_search).
 _POSTINGS_CAP = 1000
+# Document frequencies of common terms are counted exactly up to this partition size, and
+# estimated from a page sample of about _DF_SAMPLE documents beyond it.
+_EXACT_DF_DOCS = 50_000
+_DF_SAMPLE = 20_000
 _MAX_POSITIONS = 255  # tsvector keeps at most 256 positions per lexeme
 _MAX_LEXEME = 200
 
@@ -144,7 +148,12 @@ class _Tx:
 class PostgresStore(Store):
     """Store on a PostgreSQL database with the pgvector extension (see the module docstring)."""
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0,
+        ef_search: int = 200,
+    ) -> None:
+        """Open (and migrate) the database at ``url``; ``ef_search`` is the HNSW candidate
+        list per vector search (at least 2k): higher finds more true neighbours, slower."""
         if not url.startswith(("postgresql://", "postgres://")):
             raise ValidationError("PostgresStore needs a postgresql:// URL")
         if min_size < 0 or max_size < 1 or min_size > max_size:
@@ -152,6 +161,7 @@ class PostgresStore(Store):
         self._psycopg = _import_psycopg()
         self.url = url
         self.timeout = timeout
+        self.ef_search = max(1, int(ef_search))
         self._tx: ContextVar[_Tx | None] = ContextVar(f"arbormem_pg_tx_{id(self)}", default=None)
         self._vector_dims: set[int] = set()
         self._df_cache: dict[tuple[str, str, str], tuple[int, int]] = {}
@@ -569,7 +579,7 @@ class PostgresStore(Store):
         )
         with self._conn() as conn:
             # SET LOCAL: the connection is always inside a transaction here (never autocommit)
-            conn.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(64, 2 * int(k)))}")
+            conn.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(self.ef_search, 2 * int(k)))}")
             rows = conn.execute(sql, (q, user_id, q)).fetchall()
         out = [(r[0], 1.0 - float(r[1])) for r in rows]
         # relaxed_order iterative scans may return rows slightly out of order
@@ -680,8 +690,7 @@ class PostgresStore(Store):
                 #    rare-term score are rescored — exact when the rare terms found k
                 #    documents. Documents holding every common term join the candidates
                 #    (topped up from the rarest common term while there are fewer than 4k).
-                for lex in common:
-                    df[lex] = self._common_df(conn, user_id, kind, lex, n_docs)
+                df.update(self._common_dfs(conn, user_id, kind, common, n_docs))
                 bound = sum(idf(lex) for lex in common) * (_BM25_K1 + 1.0)
                 partial = sorted(scores.values(), reverse=True)
                 kth = partial[k - 1] if len(partial) >= k else 0.0
@@ -723,21 +732,47 @@ class PostgresStore(Store):
         ranked.sort(key=lambda t: (-round(t[1], 9), order.get(t[0], 0), t[0]))
         return ranked[: int(k)]
 
-    def _common_df(self, conn: Any, user_id: str, kind: str, lex: str, n_docs: int) -> int:
-        key = (user_id, kind, lex)
-        hit = self._df_cache.get(key)
-        # a common term's share of documents moves slowly: recount after 10% growth
-        if hit is not None and hit[1] <= n_docs <= hit[1] * 1.1:
-            return hit[0]
-        df = int(conn.execute(
-            "SELECT count(*) FROM arbormem_text WHERE user_id = %s AND kind = %s "
-            "AND tsv @@ %s::tsquery",
-            (user_id, kind, f"'{lex}'"),
-        ).fetchone()[0])
+    def _common_dfs(self, conn: Any, user_id: str, kind: str, lexemes: list[str], n_docs: int) -> dict[str, int]:
+        """Document frequencies of common terms: counted in small partitions, estimated from
+        a page sample in big ones (their idf is low and needs no precision, while an exact
+        count reads every matching row), cached until the partition grows by 10%."""
+        out: dict[str, int] = {}
+        todo: list[str] = []
+        for lex in lexemes:
+            hit = self._df_cache.get((user_id, kind, lex))
+            if hit is not None and hit[1] <= n_docs <= hit[1] * 1.1:
+                out[lex] = hit[0]
+            else:
+                todo.append(lex)
+        if not todo:
+            return out
+        if n_docs <= _EXACT_DF_DOCS:
+            for lex in todo:
+                out[lex] = int(conn.execute(
+                    "SELECT count(*) FROM arbormem_text WHERE user_id = %s AND kind = %s "
+                    "AND tsv @@ %s::tsquery",
+                    (user_id, kind, f"'{lex}'"),
+                ).fetchone()[0])
+        else:
+            # SYSTEM sampling takes whole random pages: unbiased over the partition's history,
+            # about _DF_SAMPLE of the user's documents, one pass for all the terms.
+            pct = min(100.0, 100.0 * _DF_SAMPLE / n_docs)
+            filters = ", ".join("count(*) FILTER (WHERE tsv @@ %s::tsquery)" for _ in todo)
+            row = conn.execute(
+                f"SELECT count(*), {filters} FROM arbormem_text TABLESAMPLE SYSTEM ({pct:.6f}) "
+                "REPEATABLE (7) WHERE user_id = %s AND kind = %s",
+                [*(f"'{lex}'" for lex in todo), user_id, kind],
+                prepare=False,
+            ).fetchone()
+            sampled = max(1, int(row[0]))
+            for lex, hits in zip(todo, row[1:], strict=True):
+                # a common term holds more than the cap by definition
+                out[lex] = max(_POSTINGS_CAP + 1, round(int(hits) / sampled * n_docs))
         if len(self._df_cache) > 10_000:
             self._df_cache.clear()
-        self._df_cache[key] = (df, n_docs)
-        return df
+        for lex in todo:
+            self._df_cache[(user_id, kind, lex)] = (out[lex], n_docs)
+        return out
 
     def delete_index(self, kind: IndexKind, item_id: str) -> None:
         _check_kind(kind)
