@@ -1,0 +1,137 @@
+"""The web tree explorer at /ui, end to end in real headless Chromium (Playwright driving
+Debian's /usr/bin/chromium). Writes a screenshot to build/screenshots/ui-explorer.png."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arbormem import Memory
+from tests.conftest import chat
+
+from .conftest import TOKENS, LiveServer, seed
+
+CHROMIUM = os.environ.get("ARBORMEM_CHROMIUM", "/usr/bin/chromium")
+SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
+    pytest.skip(f"UI tests need Chromium at {CHROMIUM} (apt-get install chromium; "
+                "scripts/system-deps.sh does it in CI)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="UI tests need: pip install playwright")
+
+
+@pytest.fixture
+def server(tmp_path: Path, demo_data: dict[str, Any]) -> Iterator[LiveServer]:
+    from arbormem.server.app import create_app
+
+    mem = Memory(tmp_path / "ui.db", embedder="hash")
+    seed(mem)
+    mem.add_many(demo_data["exchanges"], user_id="alice")
+    # Stored markup must render as text, never run.
+    mem.add(chat('<img src=x onerror="window.__pwned=1"> is my avatar markup', "<b>bold</b> reply"),
+            user_id="alice")
+    srv = LiveServer(create_app(mem, tokens=TOKENS))
+    yield srv
+    srv.stop()
+    mem.close()
+
+
+@pytest.fixture
+def page() -> Iterator[Any]:
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
+                                     args=ARGS, headless=True)
+        pg = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        pg.on("pageerror", lambda exc: errors.append(str(exc)))
+        pg.js_errors = errors  # type: ignore[attr-defined]
+        yield pg
+        browser.close()
+
+
+def _login(page: Any, url: str, token: str, user: str) -> None:
+    page.goto(url + "/ui/")
+    page.fill("#token", token)
+    page.fill("#user", user)
+    page.click("#login button[type=submit]")
+
+
+def test_explorer_tree_topic_search_and_recall(server: LiveServer, page: Any, tmp_path: Path) -> None:
+    _login(page, server.url, "tok-alice-bob", "alice")
+    page.wait_for_selector("#tree .node")
+    assert "exchanges" in page.text_content("#tree-stats")
+    themes = page.locator("#tree > .node")
+    assert themes.count() >= 1
+    # Top-level themes are open, deeper levels collapsed; expanding shows every topic leaf.
+    page.click("#expand-all")
+    leaves = page.locator('.node[data-kind="topic"]')
+    assert leaves.count() >= 3
+    first = leaves.first
+    assert first.locator(".size").text_content().strip().isdigit()
+    assert first.locator(".dates").text_content().strip()[:2] in ("20",)
+
+    # Collapse / expand a theme by clicking it.
+    theme = page.locator('#tree .node[data-kind="theme"]').first
+    if theme.count():
+        theme.locator(":scope > .label").click()
+        assert "collapsed" in (theme.get_attribute("class") or "")
+        theme.locator(":scope > .label").click()
+        assert "collapsed" not in (theme.get_attribute("class") or "")
+
+    # A topic's summary, detail and verbatim exchanges.
+    first.locator(":scope > .label").click()
+    page.wait_for_selector("#topic-exchanges li")
+    assert page.text_content("#topic-title").strip() == first.locator(".title").text_content().strip()
+    assert page.locator("#topic-exchanges li").count() >= 1
+    assert page.text_content("#topic-detail-src") == "(extractive)"
+
+    # Search, then open the hit's topic.
+    page.fill("#search-q", "peanut allergy")
+    page.click("#search-form button")
+    page.wait_for_selector("#search-results .hit")
+    assert "peanut" in page.text_content("#search-results .hit").lower()
+    page.click("#search-results .hit")
+    page.wait_for_function("document.querySelector('#topic-exchanges').textContent.toLowerCase().includes('peanut')")
+
+    # What recall would inject at N tokens, with provenance.
+    page.fill("#recall-q", "What snacks should I bring for Leo?")
+    page.fill("#recall-n", "300")
+    page.click("#recall-form button[type=submit]")
+    page.wait_for_selector("#recall-prov li")
+    meta = page.text_content("#recall-meta")
+    used = int(meta.split(" of ")[0])
+    assert 0 < used <= 300 and "of 300 tokens" in meta
+    assert page.text_content("#recall-text").startswith("<memory-context>")
+    assert page.locator("#recall-prov li .path").count() >= 1
+
+    # Markup stored in memory is shown as text and never executed; no script errors.
+    page.fill("#search-q", "avatar markup")
+    page.click("#search-form button")
+    page.wait_for_selector("#search-results .hit")
+    assert "<img" in page.text_content("#search-results")
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("#search-results img").count() == 0
+    assert page.js_errors == []
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shot = SHOTS / "ui-explorer.png"
+    page.screenshot(path=str(shot), full_page=True)
+    page.screenshot(path=str(tmp_path / "ui-explorer.png"))
+    assert shot.stat().st_size > 10_000
+
+
+def test_explorer_enforces_the_token(server: LiveServer, page: Any) -> None:
+    _login(page, server.url, "tok-alice-bob", "carol")
+    page.wait_for_function("document.querySelector('#status').textContent.includes('forbidden')")
+    assert page.locator("#tree .node").count() == 0
+    _login(page, server.url, "wrong-token", "alice")
+    page.wait_for_function("document.querySelector('#status').textContent.includes('unauthorized')")
+    assert page.locator("#tree .node").count() == 0
+    assert "cello" not in page.content()
