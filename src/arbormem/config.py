@@ -48,13 +48,15 @@ class RecallSettings(BaseModel):
     recent: int = 2
     # The recent exchanges never take more than this share of the budget.
     recent_share: float = 0.10
-    candidates: int = 60
-    # Weights measured on the LoCoMo development split with `arbormem eval locomo` (ablation
-    # in BENCHMARKS.md); topic-level signals are kept small until segmentation improves.
-    topic_lift: float = 0.1        # an exchange's score x (1 + lift * its topic's relevance)
-    time_boost: float = 1.5        # inside the query's resolved time window
-    multipath_topics: int = 0      # strongest topics whose best exchanges join as candidates
-    neighbours: int = 8            # strongest hits expanded to adjacent turns of their topic
+    # Candidates taken from each index (dense and lexical) before fusion.
+    candidates: int = 200
+    # Weights measured on the LoCoMo development split with `arbormem eval locomo` and the
+    # ranking ablation in docs/recall.md; all are generic signals, none refers to the data.
+    lexical_weight: float = 0.7    # fused = z(dense) + w * z(BM25)
+    neighbour_weight: float = 0.3  # + w * the best adjacent same-session exchange's score
+    neighbours: int = 40           # strongest hits whose missing neighbours are fetched
+    topic_lift: float = 0.2        # + lift * the exchange's topic relevance (0..1)
+    time_boost: float = 0.5        # + boost inside the query's resolved time window
     topic_share: float = 1.0       # most of the budget one topic may take
 
 

@@ -128,8 +128,9 @@ class RecallPlanner:
             for e in members[:64]:
                 exchanges.setdefault(e.id, e)
             in_topic = [c for c in cands.values() if exchanges.get(c.ex_id) and exchanges[c.ex_id].topic_id == tid]
+            # Lifts are relative to the best offline score, so they work on any score scale.
             for c in in_topic:
-                c.score *= 1.0 + 0.6 * lift
+                c.score = max(c.score * (1.0 + 0.6 * lift), top * (1.0 + 0.5 * lift))
                 c.sources.add("llm-topic")
             if not in_topic and members:
                 if qvec is None:
@@ -138,7 +139,7 @@ class RecallPlanner:
                 best = sorted((e for e in members[:64] if e.id in vecs), key=lambda e: -float(vecs[e.id] @ qvec))[:2]
                 for j, e in enumerate(best):
                     c = cands.setdefault(e.id, _Cand(e.id))
-                    c.score = max(c.score, top * lift * (0.8 - 0.2 * j))
+                    c.score = max(c.score, top * (1.0 + 0.5 * lift) * (1.0 - 0.1 * j))
                     c.sources.add("llm-topic")
         # The rewritten query adds lexical evidence the literal one lacked (resolved pronouns,
         # synonyms, another language's words).
@@ -159,7 +160,7 @@ class RecallPlanner:
             for c in cands.values():
                 hit = exchanges.get(c.ex_id)
                 if hit is not None and _in(hit.user_at, start, end):
-                    c.score *= 1.5
+                    c.score = max(c.score * 1.5, top * 1.2)
                     c.sources.add("llm-time")
         span = f"{plan.time_range[0].date()}..{(plan.time_range[1] - timedelta(days=1)).date()}" if plan.time_range else "none"
         return [f"llm plan: intent={plan.intent}, topics={len(plan.topic_ids)}, time={span}, "

@@ -122,6 +122,13 @@ class Store(ABC):
         newest_first: bool = False,
     ) -> list[Exchange]: ...
 
+    def exchanges_by_seq(self, user_id: str, seqs: Sequence[int]) -> list[Exchange]:
+        """The user's exchanges with these sequence numbers (stores may override with one query)."""
+        out: list[Exchange] = []
+        for s in sorted(set(seqs)):
+            out.extend(e for e in self.list_exchanges(user_id, after_seq=s - 1, limit=1) if e.seq == s)
+        return out
+
     @abstractmethod
     def iter_exchanges(self, user_id: str, batch: int = 1000) -> Iterator[Exchange]:
         """Every exchange of the user in sequence order, fetched in batches."""

@@ -316,6 +316,18 @@ class SQLiteStore(Store):
             sql += f" LIMIT {int(limit)}"
         return [self._ex(r) for r in self._rows(sql, params)]
 
+    def exchanges_by_seq(self, user_id: str, seqs: Sequence[int]) -> list[Exchange]:
+        seqs = sorted({int(x) for x in seqs})
+        out: list[Exchange] = []
+        for i in range(0, len(seqs), 500):
+            chunk = seqs[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            out.extend(self._ex(r) for r in self._rows(
+                f"SELECT {self._EX_COLS} FROM exchanges WHERE user_id = ? AND seq IN ({marks}) ORDER BY seq",
+                (user_id, *chunk),
+            ))
+        return out
+
     def iter_exchanges(self, user_id: str, batch: int = 1000) -> Iterator[Exchange]:
         after = 0
         while True:
