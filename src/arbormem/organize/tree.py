@@ -267,8 +267,10 @@ class TreeSession:
         ])
         groups = [g for g in balanced_groups(vecs, k, cap) if g]
         if node.kind == "root":
-            targets = [self._create("theme", node, seq) for g in groups if len(g) > 1]
-            movers = [g for g in groups if len(g) > 1]
+            # Every group moves down a level, singletons too: a child left at the root would
+            # put its topics one level shallower than all the others.
+            targets = [self._create("theme", node, seq) for _ in groups]
+            movers = groups
         else:
             parent = self.get(node.parent_id) if node.parent_id else None
             if parent is None:
