@@ -1,0 +1,222 @@
+"""Each framework integration with the real framework package."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arbormem import Memory
+from tests.conftest import chat
+
+from .conftest import seed
+
+
+@pytest.fixture
+def mem(tmp_path: Path):
+    with Memory(tmp_path / "int.db", embedder="hash") as m:
+        seed(m)
+        yield m
+
+
+# -- LangGraph ----------------------------------------------------------------------------------
+def test_langgraph_store_namespaces_are_topic_paths(mem: Memory) -> None:
+    pytest.importorskip("langgraph")
+    from langgraph.store.base import BaseStore
+
+    from arbormem.integrations.langgraph import ArbormemStore
+
+    store = ArbormemStore(mem, "alice")
+    assert isinstance(store, BaseStore)
+    spaces = store.list_namespaces()
+    paths = {tuple(t.path) for t in mem.topics(user_id="alice") if t.kind == "topic"}
+    assert set(spaces) == {tuple(p.replace(".", "\u2024") for p in path) for path in paths}
+    assert all(len(ns) >= 1 for ns in spaces)
+    assert set(store.list_namespaces(max_depth=1)) == {ns[:1] for ns in spaces}
+    first = spaces[0]
+    assert store.list_namespaces(prefix=first[:1]) and store.list_namespaces(suffix=("*",) * len(first))
+
+    store.put(("memories", "alice"), "pref-1", {"content": "Alice prefers window seats on trains.", "kind": "pref"})
+    got = store.get(("memories", "alice"), "pref-1")
+    assert got is not None and got.value == {"content": "Alice prefers window seats on trains.", "kind": "pref"}
+    assert got.namespace in store.list_namespaces()  # filed into the tree: a topic path
+    assert store.get(got.namespace, "pref-1").key == "pref-1"
+
+    hits = store.search((), query="window seats trains", limit=3)
+    assert hits[0].key == "pref-1" and hits[0].score is not None
+    branch = store.search(got.namespace[:1], query="window seats")
+    assert branch and all(h.namespace[:1] == got.namespace[:1] for h in branch)
+    assert [h.key for h in store.search((), filter={"kind": "pref"})] == ["pref-1"]
+    listing = store.search(got.namespace)
+    assert listing[0].key == "pref-1"  # newest first without a query
+    # ordinary exchanges are items too, keyed by exchange id
+    peanuts = store.search((), query="peanuts allergic Leo", limit=1)[0]
+    assert "peanuts" in peanuts.value["user"] and store.get((), peanuts.key).value == peanuts.value
+
+    store.put(("memories", "alice"), "pref-1", {"content": "Alice now prefers aisle seats."})
+    assert store.get((), "pref-1").value["content"] == "Alice now prefers aisle seats."
+    assert len([e for e in mem.exchanges(user_id="alice") if "seats" in e.user_text]) == 1
+    store.delete(("memories", "alice"), "pref-1")
+    assert store.get((), "pref-1") is None
+    assert not any("seats" in e.user_text for e in mem.exchanges(user_id="alice"))
+
+    # isolation: alice's store never sees carol's items
+    carol_x = mem.exchanges(user_id="carol")[0].id
+    assert store.get((), carol_x) is None
+    assert all("7431" not in json.dumps(h.value) for h in store.search((), query="vault code", limit=50))
+
+
+def test_langgraph_store_async_and_in_a_graph(mem: Memory) -> None:
+    pytest.importorskip("langgraph")
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.store.base import BaseStore
+
+    from arbormem.integrations.langgraph import ArbormemStore
+
+    store = ArbormemStore(mem, "alice")
+
+    class State(TypedDict):
+        question: str
+        answer: str
+
+    def remember_and_recall(state: State, *, store: BaseStore) -> dict[str, Any]:
+        store.put(("notes",), "q", {"content": state["question"]})
+        hits = store.search((), query="chocolate cake park", limit=1)
+        return {"answer": hits[0].value.get("user", hits[0].value.get("content", ""))}
+
+    graph = StateGraph(State)
+    graph.add_node("mem", remember_and_recall)
+    graph.add_edge(START, "mem")
+    graph.add_edge("mem", END)
+    app = graph.compile(store=store)
+    out = app.invoke({"question": "Where is Maya's party?", "answer": ""})
+    assert "chocolate cake" in out["answer"]
+    assert store.get((), "q").value == {"content": "Where is Maya's party?"}
+
+    async def run() -> None:
+        await store.aput(("notes",), "a1", {"content": "Async note about kayaks."})
+        item = await store.aget(("notes",), "a1")
+        assert item is not None and item.value["content"].startswith("Async note")
+        found = await store.asearch((), query="kayaks", limit=1)
+        assert found[0].key == "a1"
+        assert await store.alist_namespaces()
+        await store.adelete(("notes",), "a1")
+        assert await store.aget(("notes",), "a1") is None
+
+    asyncio.run(run())
+
+
+# -- LangChain ----------------------------------------------------------------------------------
+def test_langchain_tools(mem: Memory) -> None:
+    pytest.importorskip("langchain_core")
+    from langchain_core.tools import BaseTool
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    from arbormem.integrations.langchain import memory_tools
+
+    tools = {t.name: t for t in memory_tools(mem, "alice")}
+    assert set(tools) == {"get_memory_index", "read_memory_node", "search_memory"}
+    assert all(isinstance(t, BaseTool) for t in tools.values())
+    schema = convert_to_openai_tool(tools["read_memory_node"])["function"]
+    assert schema["parameters"]["required"] == ["node_id"] and "tier" in schema["parameters"]["properties"]
+
+    index = tools["get_memory_index"].invoke({})
+    assert index.startswith("Memory index") and "exchanges" in index
+    leaf = next(t for t in mem.topics(user_id="alice") if t.kind == "topic")
+    assert f"[{leaf.id}]" in index
+    tier0 = tools["read_memory_node"].invoke({"node_id": leaf.id})
+    assert leaf.title in tier0 and "summary:" in tier0 and "user:" not in tier0
+    tier2 = tools["read_memory_node"].invoke({"node_id": leaf.id, "tier": 2})
+    assert "detail (extractive)" in tier2 and "user:" in tier2
+    found = tools["search_memory"].invoke({"query": "chocolate cake", "limit": 2})
+    assert found.startswith("1. [") and "chocolate cake" in found
+
+    carol_t = next(t.id for t in mem.topics(user_id="carol") if t.kind == "topic")
+    assert tools["read_memory_node"].invoke({"node_id": carol_t}).startswith("error: not_found")
+    assert "7431" not in tools["search_memory"].invoke({"query": "vault code", "limit": 20})
+    assert "cello" not in index.lower()
+
+
+# -- OpenAI Agents ------------------------------------------------------------------------------
+def test_openai_agents_session_protocol(mem: Memory) -> None:
+    pytest.importorskip("agents")
+    from agents.memory.session import Session
+
+    from arbormem.integrations.openai_agents import ArbormemSession
+
+    s = ArbormemSession(mem, "alice", "agents-1")
+    assert isinstance(s, Session) and s.session_id == "agents-1"
+
+    async def run() -> None:
+        assert await s.get_items() == []
+        user = {"role": "user", "content": "What's the weather in Kyoto?"}
+        call = {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": '{"city": "Kyoto"}'}
+        out = {"type": "function_call_output", "call_id": "c1", "output": "sunny, 21C"}
+        reply = {"type": "message", "role": "assistant", "id": "m1", "status": "completed",
+                 "content": [{"type": "output_text", "text": "Sunny and 21C in Kyoto.", "annotations": []}]}
+        await s.add_items([user])  # the SDK saves the input first...
+        assert mem.exchanges(user_id="alice")[-1].status == "pending"
+        await s.add_items([call, out, reply])  # ...then the turn's new items
+        assert await s.get_items() == [user, call, out, reply]
+        assert await s.get_items(limit=2) == [out, reply]
+        last = mem.exchanges(user_id="alice")[-1]
+        assert last.status == "completed" and "Sunny and 21C" in last.assistant_text
+        assert mem.search("weather Kyoto sunny", user_id="alice", limit=1)[0].exchange.id == last.id
+
+        second = [{"role": "user", "content": "And tomorrow?"},
+                  {"role": "assistant", "content": "Rain is expected tomorrow."}]
+        await s.add_items(second)
+        assert await s.get_items() == [user, call, out, reply, *second]
+        assert await s.pop_item() == second[1]
+        assert await s.get_items() == [user, call, out, reply, second[0]]
+
+        other = ArbormemSession(mem, "alice", "agents-2")
+        await other.add_items([{"role": "user", "content": "Separate session"},
+                               {"role": "assistant", "content": "ok"}])
+        await s.clear_session()
+        assert await s.get_items() == []
+        assert len(await other.get_items()) == 2  # other sessions untouched
+        ctx = await other.memory_context("peanuts for Leo", max_tokens=200)
+        assert "peanuts" in ctx.text  # recall spans the user's whole memory
+        carol = ArbormemSession(mem, "carol", "agents-2")
+        assert await carol.get_items() == []  # same session id, other user: nothing
+
+    asyncio.run(run())
+
+
+def test_openai_agents_runner_keeps_history_in_arbormem(mem: Memory) -> None:
+    pytest.importorskip("agents")
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    from arbormem.integrations.openai_agents import ArbormemSession
+    from tests.support.openai_server import ScriptedOpenAIServer, answer
+
+    set_tracing_disabled(True)
+    with ScriptedOpenAIServer() as server:
+        server.script(answer("Hello Alice! Noted."), answer("You told me your name is Alice."))
+        client = AsyncOpenAI(base_url=server.url, api_key="sk-test", max_retries=0)
+        agent = Agent(name="assistant", instructions="Be brief.",
+                      model=OpenAIChatCompletionsModel(model="test-model", openai_client=client))
+        session = ArbormemSession(mem, "alice", "run-1")
+
+        async def run() -> list[Any]:
+            r1 = await Runner.run(agent, "Hi, my name is Alice.", session=session)
+            r2 = await Runner.run(agent, "What is my name?", session=session)
+            assert r1.final_output == "Hello Alice! Noted." and r2.final_output.startswith("You told me")
+            return await session.get_items()
+
+        items = asyncio.run(run())
+        second_request = server.chat_requests[1].body["messages"]
+        assert any(m.get("content") == "Hi, my name is Alice." for m in second_request)  # history sent
+        assert any("Hello Alice" in json.dumps(m) for m in second_request)
+    texts = [json.dumps(i) for i in items]
+    assert "Hi, my name is Alice." in texts[0] and any("You told me" in t for t in texts)
+    stored = [e for e in mem.exchanges(user_id="alice") if e.session_id == "run-1"]
+    assert [e.status for e in stored] == ["completed", "completed"]
+    assert stored[0].user_text == "Hi, my name is Alice." and "Hello Alice" in stored[0].assistant_text
