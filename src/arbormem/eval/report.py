@@ -138,9 +138,10 @@ def bench_markdown(rep: BenchReport) -> str:
             "recall p50 / 1-query embed", "p95 ratio", "p99 ratio", "peak RSS MB (after model load)",
             "bytes / exchange"]
     rows = []
+    multi = len({r.embedder for r in rep.results}) > 1
     for r in rep.results:
         rows.append([
-            r.workload, f"{r.size:,}", f"{r.raw_embed_per_s:,.0f}", f"{r.bulk_per_s:,.0f}",
+            f"{r.workload} ({r.embedder})" if multi else r.workload, f"{r.size:,}", f"{r.raw_embed_per_s:,.0f}", f"{r.bulk_per_s:,.0f}",
             f"{r.bulk_ratio:.2f}x", f"{r.one_by_one_per_s:,.1f}", f"{r.one_by_one_ratio:.3f}x",
             f"{r.one_query_embed_ms['p50']:.1f}",
             f"{r.recall_ms['p50']:.1f} / {r.recall_ms['p95']:.1f} / {r.recall_ms['p99']:.1f}",
@@ -169,22 +170,28 @@ def bench_markdown(rep: BenchReport) -> str:
 def bench_chart(rep: BenchReport, path: str | Path) -> Path:
     """Recall latency (p50, p95) and one-query embedding time vs memory size, as a PNG."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for workload in sorted({r.workload for r in rep.results}):
-        rs = sorted((r for r in rep.results if r.workload == workload), key=lambda r: r.size)
+    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=120)
+    multi = len({r.embedder for r in rep.results}) > 1
+    for n, (workload, embedder) in enumerate(sorted({(r.workload, r.embedder) for r in rep.results})):
+        rs = sorted((r for r in rep.results if (r.workload, r.embedder) == (workload, embedder)),
+                    key=lambda r: r.size)
+        if multi:
+            workload = f"{workload}, {embedder}"
         xs = [r.size for r in rs]
-        ax.plot(xs, [r.recall_ms["p50"] for r in rs], marker="o", label=f"recall p50 ({workload})")
-        ax.plot(xs, [r.recall_ms["p95"] for r in rs], marker="^", linestyle="--",
+        color = f"C{n}"  # one colour per workload, one line style per measure
+        ax.plot(xs, [r.recall_ms["p50"] for r in rs], marker="o", color=color,
+                label=f"recall p50 ({workload})")
+        ax.plot(xs, [r.recall_ms["p95"] for r in rs], marker="^", linestyle="--", color=color,
                 label=f"recall p95 ({workload})")
         ax.plot(xs, [r.one_query_embed_ms["p50"] for r in rs], marker="s", linestyle=":",
-                label=f"embed one query p50 ({workload})")
+                color=color, label=f"embed one query p50 ({workload})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("exchanges in memory")
     ax.set_ylabel("milliseconds")
     ax.set_title("arbormem recall latency vs memory size", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out)
