@@ -181,7 +181,7 @@ def add_document(
         vecs = mem.embedder.embed([ex.text for _, ex in todo])
         with store.transaction(uid):
             tree = TreeSession(store, uid, mem.settings.tree)
-            for (h, ex), vec in zip(todo, vecs):
+            for (h, ex), vec in zip(todo, vecs, strict=True):
                 found = existing(h)
                 if found:
                     dupes[h] = found

@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from arbormem import AsyncMemory, CallableEmbedder, Memory, NotFoundError, StateError, ValidationError
+from arbormem import (
+    AsyncMemory,
+    CallableEmbedder,
+    Memory,
+    NotFoundError,
+    StateError,
+    ValidationError,
+)
 from tests.conftest import chat
 
 Call = Callable[..., Any]
@@ -118,7 +125,7 @@ def test_same_scenario_same_results(name: str, tmp_path: Path, demo_data: dict[s
     finally:
         loop.close()
     assert len(sync_out) == len(async_out)
-    for i, (s, a) in enumerate(zip(sync_out, async_out)):
+    for i, (s, a) in enumerate(zip(sync_out, async_out, strict=True)):
         assert normalise(s) == normalise(a), f"{name}: result {i} differs"
 
 

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from arbormem import Memory
-from tests.conftest import chat
 
 from .conftest import seed
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 try:
     from langgraph.store.base import (
@@ -188,7 +187,7 @@ def _matches(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
     path = tuple(cond.path)
     if len(ns) < len(path):
         return False
-    pairs = zip(ns, path) if cond.match_type == "prefix" else zip(reversed(ns), reversed(path))
+    pairs = zip(ns, path, strict=False) if cond.match_type == "prefix" else zip(reversed(ns), reversed(path), strict=False)
     return all(p == "*" or a == p for a, p in pairs)
 
 __all__ = ["ArbormemStore"]

@@ -41,7 +41,7 @@ META = "agents_session"
 def _to_message(item: Mapping[str, Any]) -> dict[str, Any]:
     item = json.loads(json.dumps(dict(item), default=str))
     if item.get("role") in ROLES and (item.get("content") is None or isinstance(item.get("content"), (str, list))):
-        return item
+        return dict(item)
     kind = str(item.get("type", "item"))
     summary = item.get("name") or item.get("output") or item.get("arguments") or ""
     text = f"[{kind}] {summary if isinstance(summary, str) else json.dumps(summary)}"[:2000]

@@ -218,7 +218,7 @@ def create_app(
         raise ConfigError(f"no API tokens: set {ENV}='token:user1,user2;...' "
                           "(or allow_anonymous=True / --no-auth for local development)")
     owns = not isinstance(memory_or_path, Memory)
-    mem = Memory(memory_or_path, embedder=embedder) if owns else memory_or_path  # type: ignore[arg-type]
+    mem: Memory = memory_or_path if isinstance(memory_or_path, Memory) else Memory(memory_or_path, embedder=embedder)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> Any:

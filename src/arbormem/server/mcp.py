@@ -46,11 +46,14 @@ def _sdk() -> tuple[Any, Any, Any]:
         from mcp.types import ToolAnnotations
     except ImportError as exc:
         raise ImportError("the MCP server needs the MCP SDK: pip install 'arbormem[mcp]'") from exc
+    server_cls: Any
     try:
-        from mcp.server import MCPServer as Server  # SDK v2
+        from mcp.server import MCPServer as server_cls  # SDK v2
     except ImportError:  # pragma: no cover - SDK v1
-        from mcp.server.fastmcp import FastMCP as Server
-    return Server, ToolAnnotations, ToolError
+        import importlib
+
+        server_cls = importlib.import_module("mcp.server.fastmcp").FastMCP
+    return server_cls, ToolAnnotations, ToolError
 
 
 def create_server(memory: Memory, user_id: str, *, name: str = "arbormem") -> Any:
