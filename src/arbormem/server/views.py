@@ -11,7 +11,6 @@ from typing import Any
 from ..errors import NotFoundError, ValidationError
 from ..memory import Memory
 from ..models import Exchange, Topic
-from ..text import sentences, shorten
 
 TIERS = (0, 1, 2)
 
@@ -40,35 +39,25 @@ def topic_exchanges(mem: Memory, user_id: str, topic_id: str, *, limit: int = 20
     return out[:limit]
 
 
-def extractive_detail(exchanges: list[Exchange], max_chars: int = 1500) -> str:
-    """A longer summary without an LLM: the first sentence of each side of every exchange."""
-    lines: list[str] = []
-    used = 0
-    for ex in exchanges:
-        u = (sentences(ex.user_text) or [ex.user_text])[0]
-        a = (sentences(ex.assistant_text) or [""])[0] if ex.assistant_text else ""
-        line = f"- {shorten(u, 200)}" + (f" → {shorten(a, 200)}" if a else "")
-        if used + len(line) > max_chars:
-            break
-        lines.append(line)
-        used += len(line) + 1
-    return "\n".join(lines)
-
-
-def read_topic(mem: Memory, user_id: str, topic_id: str, tier: int = 0, *, limit: int = 50) -> dict[str, Any]:
-    """A topic at a tier: 0 = title, keywords, summary; 1 = + detailed summary (the LLM's
-    when one is configured, else extractive); 2 = + the verbatim exchanges."""
+def read_topic(mem: Memory, user_id: str, topic_id: str, tier: int = 0, *, limit: int = 200) -> dict[str, Any]:
+    """A topic at a tier, over ``Memory.read``: 0 = title, keywords, summary; 1 = + the
+    detailed summary (the LLM's when one is configured, else extractive); 2 = + the verbatim
+    exchanges (for a theme: those of every topic below it)."""
     if tier not in TIERS:
         raise ValidationError("tier must be 0 (summary), 1 (detailed summary) or 2 (verbatim)")
-    topic = mem.topic(topic_id, user_id=user_id)
-    out: dict[str, Any] = {"topic": topic_dict(topic), "tier": tier}
+    base = mem.read(topic_id, user_id=user_id, depth=0)
+    out: dict[str, Any] = {"topic": topic_dict(base.topic), "tier": tier, "text": base.text,
+                           "recall_mode": base.recall_mode, "tags": list(base.tags),
+                           "links": list(base.links)}
     if tier >= 1:
-        exchanges = topic_exchanges(mem, user_id, topic_id, limit=limit)
-        detail = mem.topic_detail(topic_id, user_id=user_id) if mem.llm is not None else None
-        out["detail"] = detail or extractive_detail(exchanges)
-        out["detail_source"] = "llm" if detail else "extractive"
-        if tier == 2:
-            out["exchanges"] = [e.to_dict() for e in exchanges]
+        detail = mem.read(topic_id, user_id=user_id, depth=1)
+        out["detail"], out["detail_source"] = detail.text, detail.source
+    if tier == 2:
+        if base.topic.kind == "topic":
+            exchanges = list(mem.read(topic_id, user_id=user_id, depth=2).exchanges)[:limit]
+        else:
+            exchanges = topic_exchanges(mem, user_id, topic_id, limit=limit)
+        out["exchanges"] = [e.to_dict() for e in exchanges]
     return out
 
 
@@ -89,4 +78,4 @@ def recall_dict(r: Any) -> dict[str, Any]:
     }
 
 
-__all__ = ["owned_exchange", "topic_exchanges", "extractive_detail", "read_topic", "topic_dict", "recall_dict"]
+__all__ = ["owned_exchange", "topic_exchanges", "read_topic", "topic_dict", "recall_dict"]
