@@ -195,4 +195,6 @@ def test_app_refuses_to_start_without_tokens(tmp_path, monkeypatch) -> None:
         monkeypatch.setenv("ARBORMEM_API_TOKENS", TOKENS)
         assert create_app(mem) is not None
         with pytest.raises(ConfigError):
-            create_app(mem, tokens="short:alice")
+            create_app(mem, tokens="bad token:alice")
+        with pytest.raises(ConfigError):
+            create_app(mem, tokens="tokA:")  # bound to nobody
