@@ -198,3 +198,32 @@ def test_app_refuses_to_start_without_tokens(tmp_path, monkeypatch) -> None:
             create_app(mem, tokens="bad token:alice")
         with pytest.raises(ConfigError):
             create_app(mem, tokens="tokA:")  # bound to nobody
+
+
+@pytest.mark.slow
+def test_same_api_over_postgres(request: pytest.FixtureRequest) -> None:
+    """The app serves any store: the same routes and isolation over PostgreSQL."""
+    pytest.importorskip("psycopg")
+    from arbormem.server.app import create_app
+    from tests.support.postgres import create_database, drop_database
+
+    from .conftest import seed
+
+    server_url = request.getfixturevalue("pg_url")
+    url = create_database(server_url)
+    try:
+        with Memory(database_url=url, embedder="hash") as mem:
+            seed(mem)
+            live = LiveServer(create_app(mem, tokens=TOKENS))
+            try:
+                with _client(live, A) as c:
+                    r = c.post("/v1/users/alice/recall", json={"query": "peanuts for Leo", "max_tokens": 200})
+                    assert r.status_code == 200 and "peanuts" in r.json()["text"]
+                    assert c.get("/v1/users/carol/tree").status_code == 403
+                    carol_x = mem.exchanges(user_id="carol")[0].id
+                    assert c.get(f"/v1/users/alice/exchanges/{carol_x}").status_code == 404
+                    assert c.delete("/v1/users/alice").json()["deleted"] == 3
+            finally:
+                live.stop()
+    finally:
+        drop_database(server_url, url)

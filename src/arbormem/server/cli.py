@@ -14,10 +14,18 @@ import click
 
 from ..cli import _errors, _print_tree, db_option, embedder_option, user_option
 
+database_url_option = click.option(
+    "--database-url", default=None, envvar="ARBORMEM_DATABASE_URL",
+    help="PostgreSQL URL (instead of --db; needs arbormem[postgres]).")
 
-def _memory(db: str | None, embedder: str | None) -> Any:
+
+def _memory(db: str | None, embedder: str | None, database_url: str | None = None) -> Any:
     from ..memory import Memory
 
+    if database_url:
+        if db:
+            raise click.UsageError("pass --db or --database-url, not both")
+        return Memory(database_url=database_url, embedder=embedder)
     return Memory(db, embedder=embedder)
 
 
@@ -33,13 +41,14 @@ def _is_loopback(host: str) -> bool:
 @click.command(help="Serve the HTTP API and the web tree explorer (/ui). Tokens come from "
                     "ARBORMEM_API_TOKENS='tokA:alice,bob;tokB:carol;tokC:*'.")
 @db_option
+@database_url_option
 @embedder_option
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8700, show_default=True, type=int)
 @click.option("--no-auth", is_flag=True, help="Serve without tokens (loopback hosts only; development).")
 @click.option("--max-body-mb", default=16, show_default=True, type=int, help="Request body limit.")
 @_errors
-def serve(db: str | None, embedder: str | None, host: str, port: int, no_auth: bool, max_body_mb: int) -> None:
+def serve(db: str | None, database_url: str | None, embedder: str | None, host: str, port: int, no_auth: bool, max_body_mb: int) -> None:
     try:
         import uvicorn
     except ImportError as exc:
@@ -48,7 +57,7 @@ def serve(db: str | None, embedder: str | None, host: str, port: int, no_auth: b
 
     if no_auth and not _is_loopback(host):
         raise click.ClickException("--no-auth is only allowed on a loopback host (127.0.0.1, ::1)")
-    mem = _memory(db, embedder)
+    mem = _memory(db, embedder, database_url)
     app = create_app(mem, allow_anonymous=no_auth, max_body_bytes=max_body_mb * 1024 * 1024)
     click.echo(f"arbormem API on http://{host}:{port}  (explorer: /ui, schema: /openapi.json)", err=True)
     try:
@@ -59,18 +68,19 @@ def serve(db: str | None, embedder: str | None, host: str, port: int, no_auth: b
 
 @click.command(help="Run the MCP server for one user: stdio (default) or streamable HTTP (--http).")
 @db_option
+@database_url_option
 @click.option("--user", "user_id", required=True, help="The user whose memory the tools read and write.")
 @embedder_option
 @click.option("--http", "use_http", is_flag=True, help="Serve streamable HTTP at http://HOST:PORT/mcp.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8765, show_default=True, type=int)
 @_errors
-def mcp(db: str | None, user_id: str, embedder: str | None, use_http: bool, host: str, port: int) -> None:
+def mcp(db: str | None, database_url: str | None, user_id: str, embedder: str | None, use_http: bool, host: str, port: int) -> None:
     from .mcp import run
 
     if use_http and not _is_loopback(host):
         click.echo("warning: the MCP HTTP transport has no authentication", err=True)
-    with _memory(db, embedder) as mem:
+    with _memory(db, embedder, database_url) as mem:
         run(mem, user_id, http=use_http, host=host, port=port)
 
 
@@ -84,6 +94,7 @@ SYSTEM = ("You are a helpful assistant with long-term memory. The memory context
                     "Without a model (--llm-base-url/--llm-model) it runs retrieval-only and "
                     "shows what would be injected. " + CHAT_HELP)
 @db_option
+@database_url_option
 @user_option
 @embedder_option
 @click.option("--max-tokens", default=1024, show_default=True, help="Recall budget per turn.")
@@ -91,7 +102,7 @@ SYSTEM = ("You are a helpful assistant with long-term memory. The memory context
 @click.option("--llm-base-url", default=None, envvar="ARBORMEM_LLM__BASE_URL", help="OpenAI-compatible endpoint.")
 @click.option("--llm-model", default=None, envvar="ARBORMEM_LLM__MODEL", help="Model name at that endpoint.")
 @_errors
-def chat(db: str | None, user_id: str, embedder: str | None, max_tokens: int, session_id: str | None,
+def chat(db: str | None, database_url: str | None, user_id: str, embedder: str | None, max_tokens: int, session_id: str | None,
          llm_base_url: str | None, llm_model: str | None) -> None:
     from ..errors import ArbormemError, LLMError
     from ..llm.base import ChatMessage
@@ -101,7 +112,7 @@ def chat(db: str | None, user_id: str, embedder: str | None, max_tokens: int, se
         from ..cli import _make_llm
 
         model = _make_llm(llm_base_url, llm_model)
-    with _memory(db, embedder) as mem:
+    with _memory(db, embedder, database_url) as mem:
         mode = f"model {llm_model}" if model else "retrieval-only (no model: showing what would be injected)"
         click.echo(f"arbormem chat · user {user_id} · {mode}\n{CHAT_HELP}")
         history: list[ChatMessage] = []
