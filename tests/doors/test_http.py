@@ -72,6 +72,13 @@ def test_exchange_lifecycle_recall_tree_and_delete(live: LiveServer) -> None:
         tex = c.get(f"/v1/users/alice/topics/{leaf['id']}/exchanges").json()["exchanges"]
         assert {e["topic_id"] for e in tex} == {leaf["id"]} and len(tex) == leaf["size"]
         assert c.get("/v1/users/alice/stats").json()["completed"] == 5
+        pinned = c.put(f"/v1/users/alice/topics/{leaf['id']}/recall_mode", json={"mode": "both"})
+        assert pinned.status_code == 200 and pinned.json()["id"] == leaf["id"]
+        assert c.put(f"/v1/users/alice/topics/{leaf['id']}/recall_mode", json={"mode": "x"}).status_code == 422
+        changes = c.get(f"/v1/users/alice/history/{leaf['id']}").json()["changes"]
+        assert changes[0]["action"] == "recall_mode" and changes[0]["detail"]["to"] == "both"
+        undo = c.post(f"/v1/users/alice/changes/{changes[0]['id']}/undo")
+        assert undo.status_code == 409 and undo.json()["error"]["code"] == "invalid_state"
 
         assert c.delete(f"/v1/users/alice/exchanges/{ex['id']}").status_code == 204
         gone = c.get(f"/v1/users/alice/exchanges/{ex['id']}")
@@ -136,7 +143,7 @@ def _user_routes(live: LiveServer) -> list[tuple[str, str]]:
 
 def test_every_route_needs_a_token_and_the_right_user(live: LiveServer, seeded: Memory) -> None:
     routes = _user_routes(live)
-    assert len(routes) >= 17
+    assert len(routes) >= 20
     carol_x = seeded.exchanges(user_id="carol")[0].id
     carol_t = next(t.id for t in seeded.topics(user_id="carol") if t.kind == "topic")
     with httpx.Client(base_url=live.url, timeout=30) as c:
@@ -178,6 +185,13 @@ def test_ids_of_another_user_are_not_found_through_own_routes(live: LiveServer, 
                  c.get("/v1/users/alice/exchanges").text, c.get("/v1/users/alice/tree").text,
                  c.get("/v1/users/alice/topics").text]
         assert not any("7431" in t or "cello" in t for t in texts)
+        # carol's change log: invisible, and her change ids are unknown under alice (404, not 409)
+        carol_change = seeded.set_recall_mode(carol_t, "both", user_id="carol")
+        change_id = seeded.history(carol_t, user_id="carol")[0].id
+        assert carol_change.id == carol_t
+        assert c.get(f"/v1/users/alice/history/{carol_t}").json() == {"changes": []}
+        assert c.post(f"/v1/users/alice/changes/{change_id}/undo").status_code == 404
+        assert c.put(f"/v1/users/alice/topics/{carol_t}/recall_mode", json={"mode": "active"}).status_code == 404
         assert c.delete("/v1/users/alice").json()["deleted"] == 3
     with _client(live, C) as c:
         assert "7431" in c.post("/v1/users/carol/recall", json={"query": "vault code"}).json()["text"]

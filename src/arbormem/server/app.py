@@ -107,6 +107,10 @@ class SearchBody(BaseModel):
     limit: int = Field(10, ge=1, le=1000)
 
 
+class RecallModeBody(BaseModel):
+    mode: Literal["active", "passive", "both"]
+
+
 class DocumentBody(BaseModel):
     text: str
     source: str
@@ -364,6 +368,21 @@ def create_app(
             raise ApiError(501, "not_implemented", "this arbormem build has no consolidation")
         res = fn(user_id=user_id)
         return res.to_dict() if hasattr(res, "to_dict") else res
+
+    @r.put("/topics/{topic_id}/recall_mode", tags=["topics"],
+           summary="active (recalled when relevant), passive or both (always in the context)")
+    def recall_mode(user_id: str, topic_id: str, body: RecallModeBody) -> dict[str, Any]:
+        return views.topic_dict(mem.set_recall_mode(topic_id, body.mode, user_id=user_id))
+
+    @r.get("/history/{item_id}", tags=["maintenance"],
+           summary="Logged changes concerning a topic or exchange, newest first")
+    def history(user_id: str, item_id: str, limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
+        return {"changes": [c.to_dict() for c in mem.history(item_id, user_id=user_id, limit=limit)]}
+
+    @r.post("/changes/{change_id}/undo", tags=["maintenance"],
+            summary="Reverse a logged merge, archive, dedup, supersession or link")
+    def undo(user_id: str, change_id: str) -> dict[str, Any]:
+        return mem.undo(change_id, user_id=user_id).to_dict()
 
     @r.delete("", tags=["maintenance"], summary="Delete every exchange, topic and index entry of a user")
     def delete_user(user_id: str) -> dict[str, Any]:
