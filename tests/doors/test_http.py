@@ -241,3 +241,22 @@ def test_same_api_over_postgres(request: pytest.FixtureRequest) -> None:
                 live.stop()
     finally:
         drop_database(server_url, url)
+
+
+def test_concurrent_writes_and_reads(live: LiveServer, seeded: Memory) -> None:
+    """Requests run in FastAPI's thread pool over one Memory: no lost writes, unique seqs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(i: int) -> tuple[int, int]:
+        user = "alice" if i % 2 else "bob"
+        with _client(live, A) as c:
+            w = c.post(f"/v1/users/{user}/exchanges", json={"messages": chat(f"parallel note {i}", "ok")})
+            r = c.post(f"/v1/users/{user}/search", json={"query": f"parallel note {i}", "limit": 3})
+            return w.status_code, r.status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(work, range(24)))
+    assert codes == [(201, 200)] * 24
+    for user, extra in (("alice", 3), ("bob", 0)):
+        seqs = [e.seq for e in seeded.exchanges(user_id=user)]
+        assert len(seqs) == 12 + extra and len(set(seqs)) == len(seqs)
