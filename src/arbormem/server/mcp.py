@@ -56,6 +56,16 @@ def _sdk() -> tuple[Any, Any, Any]:
     return server_cls, ToolAnnotations, ToolError
 
 
+def _annotations(cls: Any, *, read_only: bool, destructive: bool, idempotent: bool = False) -> Any:
+    # SDK v2 names the fields in snake_case; v1 in camelCase (and ignores unknown names).
+    values = {"read_only_hint": read_only, "destructive_hint": destructive,
+              "idempotent_hint": idempotent, "open_world_hint": False}
+    if "read_only_hint" not in getattr(cls, "model_fields", {}):
+        values = {"readOnlyHint": read_only, "destructiveHint": destructive,
+                  "idempotentHint": idempotent, "openWorldHint": False}
+    return cls(**values)
+
+
 def create_server(memory: Memory, user_id: str, *, name: str = "arbormem") -> Any:
     """An MCP server whose tools read and write ``user_id``'s memory in ``memory``."""
     Server, ToolAnnotations, ToolError = _sdk()
@@ -63,10 +73,9 @@ def create_server(memory: Memory, user_id: str, *, name: str = "arbormem") -> An
 
     uid = check_user(user_id)
     server = Server(name, instructions=INSTRUCTIONS)
-    read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
-    write = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
-    destructive = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
-                                  open_world_hint=False)
+    read_only = _annotations(ToolAnnotations, read_only=True, destructive=False)
+    write = _annotations(ToolAnnotations, read_only=False, destructive=False)
+    destructive = _annotations(ToolAnnotations, read_only=False, destructive=True, idempotent=True)
 
     def errors(fn: F) -> F:
         # Library errors reach the model as a clear tool error (code + message) instead of the
@@ -157,10 +166,13 @@ def run(memory: Memory, user_id: str, *, http: bool = False, host: str = "127.0.
         port: int = 8765) -> None:
     """Serve over stdio (default) or streamable HTTP at ``http://host:port/mcp``."""
     server = create_server(memory, user_id)
-    if http:
-        server.run("streamable-http", host=host, port=port)
-    else:
+    if not http:
         server.run()
+    elif hasattr(getattr(server, "settings", None), "port"):  # SDK v1: host/port are settings
+        server.settings.host, server.settings.port = host, port
+        server.run("streamable-http")
+    else:
+        server.run("streamable-http", host=host, port=port)
 
 
 __all__ = ["create_server", "run", "INSTRUCTIONS"]
