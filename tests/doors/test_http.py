@@ -130,6 +130,13 @@ def test_typed_errors_limits_and_openapi(live: LiveServer) -> None:
         assert {"/health", "/v1/users/{user_id}/exchanges", "/v1/users/{user_id}/recall",
                 "/v1/users/{user_id}/tree", "/v1/users/{user_id}"} <= set(spec["paths"])
         assert "delete" in spec["paths"]["/v1/users/{user_id}"]
+        # Typed responses, so clients in other languages can be generated from the schema.
+        schemas = spec["components"]["schemas"]
+        recall_op = spec["paths"]["/v1/users/{user_id}/recall"]["post"]["responses"]
+        assert recall_op["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/RecallResult")
+        assert {"text", "tokens", "exchanges", "topics"} <= set(schemas["RecallResult"]["properties"])
+        assert {"id", "seq", "status", "messages", "user_at", "topic_id"} <= set(schemas["Exchange"]["properties"])
+        assert recall_op["403"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
 
 
 def _user_routes(live: LiveServer) -> list[tuple[str, str]]:

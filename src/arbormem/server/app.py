@@ -39,6 +39,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from .. import __version__
 from ..errors import ArbormemError
 from ..memory import Memory
+from ..models import Exchange, Hit, RecallTrace, Stats, Topic
+from ..organize.models import Change
 from . import views
 from .auth import ANONYMOUS, ENV, Principal, TokenPolicy, bearer
 
@@ -122,6 +124,92 @@ def _item(body: AddBody) -> dict[str, Any]:
     d = body.model_dump(exclude_none=True)
     d["messages"] = [m.model_dump(exclude_none=True) for m in body.messages]
     return d
+
+
+# -- response bodies (the OpenAPI schema clients are generated from) -----------------------------
+class Health(BaseModel):
+    status: str
+    version: str
+
+
+class Me(BaseModel):
+    users: list[str] | Literal["*"]
+
+
+class ExchangePage(BaseModel):
+    exchanges: list[Exchange]
+    next_after_seq: int | None = None
+
+
+class ImportResult(BaseModel):
+    imported: int
+    ids: list[str]
+
+
+class DocumentResult(BaseModel):
+    source: str
+    doc_sha256: str
+    chunks: int
+    added: list[str]
+    duplicates: list[str]
+
+
+class RecallResult(BaseModel):
+    text: str
+    tokens: int
+    exchanges: list[Exchange]
+    topics: list[Topic]
+    trace: RecallTrace
+
+
+class SearchResult(BaseModel):
+    hits: list[Hit]
+
+
+class TopicList(BaseModel):
+    topics: list[Topic]
+
+
+class TopicRead(BaseModel):
+    topic: Topic
+    tier: int
+    text: str
+    recall_mode: str
+    tags: list[str]
+    links: list[str]
+    detail: str | None = None
+    detail_source: str | None = None
+    exchanges: list[Exchange] | None = None
+
+
+class ChangeList(BaseModel):
+    changes: list[Change]
+
+
+class Deleted(BaseModel):
+    user_id: str
+    deleted: int
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: list[dict[str, Any]] | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": desc} for status, desc in (
+        (401, "missing or unknown bearer token (code unauthorized)"),
+        (403, "the token may not access this user (code forbidden)"),
+        (404, "no such exchange / topic / change for this user (code not_found)"),
+        (413, "request body too large (code payload_too_large)"),
+        (422, "invalid input (code invalid_input)"),
+    )
+}
 
 
 # -- middleware ---------------------------------------------------------------------------------
@@ -259,47 +347,53 @@ def create_app(
             exc.status_code, "http_error")
         return _error(exc.status_code, code, str(exc.detail))
 
-    @app.get("/health", tags=["service"], summary="Liveness and version (no token needed)")
+    @app.get("/health", tags=["service"], response_model=Health,
+             summary="Liveness and version (no token needed)")
     def health() -> dict[str, Any]:
         return {"status": "ok", "version": __version__}
 
-    @app.get("/v1/me", tags=["service"], summary="The users this token may access")
+    @app.get("/v1/me", tags=["service"], response_model=Me, responses=_ERRORS,
+             summary="The users this token may access")
     def me(request: Request) -> dict[str, Any]:
         principal: Principal = request.scope["state"]["principal"]
         return principal.to_dict()
 
-    r = APIRouter(prefix="/v1/users/{user_id}")
+    r = APIRouter(prefix="/v1/users/{user_id}", responses=_ERRORS)
 
     # -- exchanges --
-    @r.post("/exchanges", status_code=201, tags=["exchanges"], summary="Store a whole exchange")
+    @r.post("/exchanges", status_code=201, tags=["exchanges"], response_model=Exchange,
+            summary="Store a whole exchange")
     def add_exchange(user_id: str, body: AddBody) -> dict[str, Any]:
         item = _item(body)
         return mem.add(item["messages"], user_id=user_id, session_id=item.get("session_id"),
                        at=item.get("at"), metadata=item.get("metadata")).to_dict()
 
-    @r.post("/exchanges/begin", status_code=201, tags=["exchanges"],
+    @r.post("/exchanges/begin", status_code=201, tags=["exchanges"], response_model=Exchange,
             summary="Record a user message as a pending exchange")
     def begin(user_id: str, body: BeginBody) -> dict[str, Any]:
         return mem.begin(body.user_text, user_id=user_id, session_id=body.session_id, at=body.at,
                          metadata=body.metadata).to_dict()
 
-    @r.post("/exchanges/import", status_code=201, tags=["exchanges"],
+    @r.post("/exchanges/import", status_code=201, tags=["exchanges"], response_model=ImportResult,
             summary=f"Bulk import (at most {MAX_IMPORT_ITEMS} exchanges; all or nothing)")
     def bulk_import(user_id: str, body: ImportBody) -> dict[str, Any]:
         done = mem.add_many([_item(x) for x in body.exchanges], user_id=user_id)
         return {"imported": len(done), "ids": [e.id for e in done]}
 
-    @r.post("/exchanges/{exchange_id}/complete", tags=["exchanges"], summary="Attach the reply")
+    @r.post("/exchanges/{exchange_id}/complete", tags=["exchanges"], response_model=Exchange,
+            summary="Attach the reply")
     def complete(user_id: str, exchange_id: str, body: CompleteBody) -> dict[str, Any]:
         views.owned_exchange(mem, user_id, exchange_id)
         return mem.complete(exchange_id, body.assistant_text, at=body.at).to_dict()
 
-    @r.post("/exchanges/{exchange_id}/fail", tags=["exchanges"], summary="Mark a pending exchange failed")
+    @r.post("/exchanges/{exchange_id}/fail", tags=["exchanges"], response_model=Exchange,
+            summary="Mark a pending exchange failed")
     def fail(user_id: str, exchange_id: str, body: FailBody) -> dict[str, Any]:
         views.owned_exchange(mem, user_id, exchange_id)
         return mem.fail(exchange_id, body.reason).to_dict()
 
-    @r.get("/exchanges", tags=["exchanges"], summary="List exchanges in sequence order")
+    @r.get("/exchanges", tags=["exchanges"], response_model=ExchangePage,
+           summary="List exchanges in sequence order")
     def list_exchanges(
         user_id: str, status: Literal["pending", "completed", "failed"] | None = None,
         after_seq: int | None = None, limit: int = Query(100, ge=1, le=1000),
@@ -308,18 +402,18 @@ def create_app(
         nxt = items[-1].seq if len(items) == limit else None
         return {"exchanges": [e.to_dict() for e in items], "next_after_seq": nxt}
 
-    @r.get("/exchanges/{exchange_id}", tags=["exchanges"], summary="One exchange")
+    @r.get("/exchanges/{exchange_id}", tags=["exchanges"], response_model=Exchange, summary="One exchange")
     def get_exchange(user_id: str, exchange_id: str) -> dict[str, Any]:
         return views.owned_exchange(mem, user_id, exchange_id).to_dict()
 
-    @r.delete("/exchanges/{exchange_id}", status_code=204, tags=["exchanges"],
+    @r.delete("/exchanges/{exchange_id}", status_code=204, tags=["exchanges"], response_class=Response,
               summary="Delete an exchange from the transcript, its topic and every index")
     def delete_exchange(user_id: str, exchange_id: str) -> Response:
         views.owned_exchange(mem, user_id, exchange_id)
         mem.delete(exchange_id)
         return Response(status_code=204)
 
-    @r.post("/documents", status_code=201, tags=["exchanges"],
+    @r.post("/documents", status_code=201, tags=["exchanges"], response_model=DocumentResult,
             summary="Chunk a document into the tree (deduplicated by content hash)")
     def add_document(user_id: str, body: DocumentBody) -> dict[str, Any]:
         rep = mem.add_document(body.text, source=body.source, user_id=user_id, at=body.at,
@@ -328,35 +422,39 @@ def create_app(
                 "added": [e.id for e in rep.added], "duplicates": list(rep.duplicates)}
 
     # -- reading --
-    @r.post("/recall", tags=["read"], summary="The memory context to inject for a message")
+    @r.post("/recall", tags=["read"], response_model=RecallResult,
+            summary="The memory context to inject for a message")
     def recall(user_id: str, body: RecallBody) -> dict[str, Any]:
         res = mem.recall(body.query, user_id=user_id, max_tokens=body.max_tokens, recent=body.recent)
         return views.recall_dict(res)
 
-    @r.post("/search", tags=["read"], summary="Ranked exchanges for a query")
+    @r.post("/search", tags=["read"], response_model=SearchResult, summary="Ranked exchanges for a query")
     def search(user_id: str, body: SearchBody) -> dict[str, Any]:
         return {"hits": [h.to_dict() for h in mem.search(body.query, user_id=user_id, limit=body.limit)]}
 
-    @r.get("/tree", tags=["topics"], summary="The topic tree (root with nested children)")
+    @r.get("/tree", tags=["topics"], response_model=Topic,
+           summary="The topic tree (root with nested children)")
     def tree(user_id: str) -> dict[str, Any]:
         return mem.tree(user_id=user_id).to_dict()
 
-    @r.get("/topics", tags=["topics"], summary="Every theme and topic, flat, with paths")
+    @r.get("/topics", tags=["topics"], response_model=TopicList,
+           summary="Every theme and topic, flat, with paths")
     def topics(user_id: str) -> dict[str, Any]:
         return {"topics": [views.topic_dict(t) for t in mem.topics(user_id=user_id)]}
 
-    @r.get("/topics/{topic_id}", tags=["topics"],
+    @r.get("/topics/{topic_id}", tags=["topics"], response_model=TopicRead, response_model_exclude_none=True,
            summary="A topic at a tier: 0 summary, 1 detailed summary, 2 verbatim exchanges")
     def topic(user_id: str, topic_id: str, tier: int = Query(0, ge=0, le=2)) -> dict[str, Any]:
         return views.read_topic(mem, user_id, topic_id, tier)
 
-    @r.get("/topics/{topic_id}/exchanges", tags=["topics"], summary="A topic's exchanges")
+    @r.get("/topics/{topic_id}/exchanges", tags=["topics"], response_model=ExchangePage,
+           summary="A topic's exchanges")
     def topic_exchanges(user_id: str, topic_id: str,
                         limit: int = Query(200, ge=1, le=1000)) -> dict[str, Any]:
         items = views.topic_exchanges(mem, user_id, topic_id, limit=limit)
         return {"exchanges": [e.to_dict() for e in items]}
 
-    @r.get("/stats", tags=["read"], summary="Counts of exchanges, topics and tokens")
+    @r.get("/stats", tags=["read"], response_model=Stats, summary="Counts of exchanges, topics and tokens")
     def stats(user_id: str) -> dict[str, Any]:
         return mem.stats(user_id=user_id).to_dict()
 
@@ -369,22 +467,22 @@ def create_app(
         res = fn(user_id=user_id)
         return res.to_dict() if hasattr(res, "to_dict") else res
 
-    @r.put("/topics/{topic_id}/recall_mode", tags=["topics"],
+    @r.put("/topics/{topic_id}/recall_mode", tags=["topics"], response_model=Topic,
            summary="active (recalled when relevant), passive or both (always in the context)")
     def recall_mode(user_id: str, topic_id: str, body: RecallModeBody) -> dict[str, Any]:
         return views.topic_dict(mem.set_recall_mode(topic_id, body.mode, user_id=user_id))
 
-    @r.get("/history/{item_id}", tags=["maintenance"],
+    @r.get("/history/{item_id}", tags=["maintenance"], response_model=ChangeList,
            summary="Logged changes concerning a topic or exchange, newest first")
     def history(user_id: str, item_id: str, limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
         return {"changes": [c.to_dict() for c in mem.history(item_id, user_id=user_id, limit=limit)]}
 
-    @r.post("/changes/{change_id}/undo", tags=["maintenance"],
+    @r.post("/changes/{change_id}/undo", tags=["maintenance"], response_model=Change,
             summary="Reverse a logged merge, archive, dedup, supersession or link")
     def undo(user_id: str, change_id: str) -> dict[str, Any]:
         return mem.undo(change_id, user_id=user_id).to_dict()
 
-    @r.delete("", tags=["maintenance"], summary="Delete every exchange, topic and index entry of a user")
+    @r.delete("", tags=["maintenance"], response_model=Deleted, summary="Delete every exchange, topic and index entry of a user")
     def delete_user(user_id: str) -> dict[str, Any]:
         return {"user_id": user_id, "deleted": mem.delete_user(user_id)}
 
