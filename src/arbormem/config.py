@@ -47,7 +47,7 @@ class RecallSettings(BaseModel):
     max_tokens: int = 1024
     recent: int = 2
     # The recent exchanges never take more than this share of the budget.
-    recent_share: float = 0.10
+    recent_share: float = 0.05
     # Candidates taken from each index (dense and lexical) before fusion.
     candidates: int = 200
     # Weights measured on the LoCoMo development split with `arbormem eval locomo` and the

@@ -244,7 +244,7 @@ class Retriever:
         chosen_ids: set[str] = set()
         headers: set[str | None] = set()
         per_topic: dict[str | None, int] = defaultdict(int)
-        header_cost = 14  # a path header ("## A › B") is ~6-14 tokens
+        header_cost = 10  # a packet header ("## A › B (2024-03-02)") is ~8-12 tokens
 
         # Recent exchanges first, capped to their share of the budget.
         recent_cap = int(budget * self.s.recent_share)
@@ -268,6 +268,8 @@ class Retriever:
             block(ex)
             extra = cost[ex.id] + (0 if ex.topic_id in headers else header_cost)
             if used + extra > budget or per_topic[ex.topic_id] + cost[ex.id] > cap_per_topic:
+                if budget - used < 24:  # nothing useful fits any more
+                    break
                 continue
             used += extra
             headers.add(ex.topic_id)
@@ -318,5 +320,5 @@ class Retriever:
 
 
 def _short(path: tuple[str, ...]) -> tuple[str, ...]:
-    """The last two levels of a path, each cut to two keywords (headers cost tokens)."""
-    return tuple(" · ".join(p.split(" · ")[:2]) for p in path[-2:])
+    """The last two levels of a path, each cut to its first keyword (headers cost tokens)."""
+    return tuple(p.split(" · ")[0] for p in path[-2:])
