@@ -267,3 +267,26 @@ def test_concurrent_writes_and_reads(live: LiveServer, seeded: Memory) -> None:
     for user, extra in (("alice", 3), ("bob", 0)):
         seqs = [e.seq for e in seeded.exchanges(user_id=user)]
         assert len(seqs) == 12 + extra and len(set(seqs)) == len(seqs)
+
+
+def test_cors_preflight_then_token(seeded: Memory) -> None:
+    from arbormem.server.app import create_app
+
+    live = LiveServer(create_app(seeded, tokens=TOKENS, cors_origins=["https://app.example"]))
+    try:
+        with httpx.Client(base_url=live.url, timeout=30) as c:
+            pre = c.options("/v1/users/alice/recall", headers={
+                "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization,content-type"})
+            assert pre.status_code == 200
+            assert pre.headers["access-control-allow-origin"] == "https://app.example"
+            no_token = c.post("/v1/users/alice/recall", json={"query": "x"}, headers={"Origin": "https://app.example"})
+            assert no_token.status_code == 401
+            ok = c.post("/v1/users/alice/recall", json={"query": "peanuts"},
+                        headers={**A, "Origin": "https://app.example"})
+            assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == "https://app.example"
+            other = c.options("/v1/users/alice/recall", headers={
+                "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+            assert "access-control-allow-origin" not in other.headers
+    finally:
+        live.stop()

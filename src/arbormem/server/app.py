@@ -289,12 +289,15 @@ def create_app(
     allow_anonymous: bool = False,
     embedder: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY,
+    cors_origins: list[str] | None = None,
 ) -> FastAPI:
     """The HTTP API over a ``Memory`` (or a SQLite path, opened and closed with the app).
 
     ``tokens``: a ``TokenPolicy``, its ``"tok:u1,u2;tok2:*"`` spec, or a ``{token: users}``
     dict; ``None`` reads ``ARBORMEM_API_TOKENS``. With no policy at all the app refuses to
     start unless ``allow_anonymous=True`` (then every route is open: local development only).
+    ``cors_origins`` lets browser apps on those origins call the API (preflight requests are
+    answered before the token check; the actual requests still need a token).
     """
     if isinstance(tokens, TokenPolicy):
         policy: TokenPolicy | None = tokens
@@ -497,6 +500,13 @@ def create_app(
 
     # Outermost user middleware: size limit and auth run before routing and body parsing.
     app.add_middleware(_Guard, policy=policy, max_body=max_body_bytes)
+    if cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        # Added last = outermost: a preflight carries no Authorization header.
+        app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_credentials=False,
+                           allow_methods=["GET", "POST", "PUT", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type"])
     return app
 
 

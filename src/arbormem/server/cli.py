@@ -47,8 +47,10 @@ def _is_loopback(host: str) -> bool:
 @click.option("--port", default=8700, show_default=True, type=int)
 @click.option("--no-auth", is_flag=True, help="Serve without tokens (loopback hosts only; development).")
 @click.option("--max-body-mb", default=16, show_default=True, type=int, help="Request body limit.")
+@click.option("--cors-origin", "cors_origins", multiple=True, help="Allow browser apps on this origin (repeatable).")
 @_errors
-def serve(db: str | None, database_url: str | None, embedder: str | None, host: str, port: int, no_auth: bool, max_body_mb: int) -> None:
+def serve(db: str | None, database_url: str | None, embedder: str | None, host: str, port: int, no_auth: bool,
+          max_body_mb: int, cors_origins: tuple[str, ...]) -> None:
     try:
         import uvicorn
     except ImportError as exc:
@@ -58,7 +60,8 @@ def serve(db: str | None, database_url: str | None, embedder: str | None, host: 
     if no_auth and not _is_loopback(host):
         raise click.ClickException("--no-auth is only allowed on a loopback host (127.0.0.1, ::1)")
     mem = _memory(db, embedder, database_url)
-    app = create_app(mem, allow_anonymous=no_auth, max_body_bytes=max_body_mb * 1024 * 1024)
+    app = create_app(mem, allow_anonymous=no_auth, max_body_bytes=max_body_mb * 1024 * 1024,
+                     cors_origins=list(cors_origins) or None)
     click.echo(f"arbormem API on http://{host}:{port}  (explorer: /ui, schema: /openapi.json)", err=True)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
