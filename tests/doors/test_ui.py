@@ -91,6 +91,8 @@ def test_explorer_tree_topic_search_and_recall(server: LiveServer, page: Any, tm
     assert page.text_content("#topic-title").strip() == first.locator(".title").text_content().strip()
     assert page.locator("#topic-exchanges li").count() >= 1
     assert page.text_content("#topic-detail-src") == "(extractive)"
+    page.click("#topic-packet-box summary")
+    assert page.text_content("#topic-packet").startswith("## ")
 
     # Search, then open the hit's topic.
     page.fill("#search-q", "peanut allergy")

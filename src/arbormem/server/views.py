@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import NotFoundError, ValidationError
 from ..memory import Memory
 from ..models import Exchange, Topic
+from ..retrieve.render import packet_header, render_exchange
 
 TIERS = (0, 1, 2)
 
@@ -42,7 +43,8 @@ def topic_exchanges(mem: Memory, user_id: str, topic_id: str, *, limit: int = 20
 def read_topic(mem: Memory, user_id: str, topic_id: str, tier: int = 0, *, limit: int = 200) -> dict[str, Any]:
     """A topic at a tier, over ``Memory.read``: 0 = title, keywords, summary; 1 = + the
     detailed summary (the LLM's when one is configured, else extractive); 2 = + the verbatim
-    exchanges (for a theme: those of every topic below it)."""
+    exchanges (for a theme: those of every topic below it), and ``text`` becomes the packet
+    as recall renders it."""
     if tier not in TIERS:
         raise ValidationError("tier must be 0 (summary), 1 (detailed summary) or 2 (verbatim)")
     base = mem.read(topic_id, user_id=user_id, depth=0)
@@ -58,6 +60,9 @@ def read_topic(mem: Memory, user_id: str, topic_id: str, tier: int = 0, *, limit
         else:
             exchanges = topic_exchanges(mem, user_id, topic_id, limit=limit)
         out["exchanges"] = [e.to_dict() for e in exchanges]
+        # The packet as recall quotes it: header line, then the verbatim exchanges.
+        out["text"] = "\n".join([packet_header(base.topic.path),
+                                 *(render_exchange(e) for e in exchanges)])
     return out
 
 

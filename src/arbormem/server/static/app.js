@@ -111,6 +111,7 @@ async function showTopic(id) {
   $("topic-summary").textContent = t.summary || "(no summary)";
   $("topic-detail").textContent = data.detail || "";
   $("topic-detail-src").textContent = data.detail_source ? `(${data.detail_source})` : "";
+  $("topic-packet").textContent = data.text || "";
   $("topic-exchanges").replaceChildren(...(data.exchanges || []).map((ex) => el("li", { "data-exchange": ex.id }, messageList(ex))));
 }
 
