@@ -148,3 +148,22 @@ def test_streamable_http(db: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_read_topic_tier1_uses_the_llm_when_configured(db: Path) -> None:
+    from tests.support.openai_server import ScriptedOpenAIServer, answer_json
+
+    with Memory(db, embedder="hash") as mem:
+        leaf = next(t.id for t in mem.topics(user_id="alice") if t.kind == "topic")
+    with ScriptedOpenAIServer() as server:
+        server.responder = lambda body: answer_json({"detail": "Leo must avoid peanuts entirely. Snacks need checking."})
+        params = _params(db, "alice")
+        params.env.update({"ARBORMEM_LLM__BASE_URL": server.url, "ARBORMEM_LLM__MODEL": "test-model"})
+
+        async def main() -> None:
+            async with Client(params, read_timeout_seconds=60) as client:
+                t1 = _data(await client.call_tool("read_topic", {"topic_id": leaf, "tier": 1}))
+                assert t1["detail_source"] == "llm" and t1["detail"].startswith("Leo must avoid peanuts")
+
+        anyio.run(main)
+        assert any("detail" in json.dumps(r.body) for r in server.chat_requests)
