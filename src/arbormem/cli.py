@@ -278,6 +278,13 @@ def _register_optional() -> None:
     except ImportError:
         pass
     try:
+        from .organize.cli import bench_consolidate_command, consolidate_command
+
+        main.add_command(consolidate_command, "consolidate")
+        main.add_command(bench_consolidate_command, "bench-consolidate")
+    except ImportError:
+        pass
+    try:
         from .store.cli import migrate_store
 
         main.add_command(migrate_store, "migrate-store")
