@@ -115,3 +115,31 @@ def test_one_user_cannot_overwrite_another_users_rows(pg_database: str) -> None:
         assert kept is not None and kept.user_text == "private"
     finally:
         store.close()
+
+
+def test_concurrent_first_vectors_create_the_index_once(pg_database: str) -> None:
+    stores = [PostgresStore(pg_database, max_size=1) for _ in range(6)]
+    barrier = threading.Barrier(len(stores))
+    errors: list[BaseException] = []
+
+    def first_write(i: int, s: PostgresStore) -> None:
+        try:
+            barrier.wait()
+            with s.transaction(f"user{i}"):
+                s.put_vectors(f"user{i}", "exchange", [f"x{i}"], np.stack([unit(1, i + 1, 3)]))
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=first_write, args=(i, s)) for i, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        assert stores[0].get_meta("pg_vector_dims") == "3"
+        for i in range(len(stores)):
+            assert [h[0] for h in stores[0].vector_search(f"user{i}", "exchange", unit(1, i + 1, 3), 3)] == [f"x{i}"]
+    finally:
+        for s in stores:
+            s.close()

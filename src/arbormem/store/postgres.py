@@ -498,17 +498,23 @@ class PostgresStore(Store):
         if dim in self._vector_dims:
             return
         name = f"arbormem_vectors_hnsw_{dim}"
-        # A catalog lookup first: CREATE INDEX IF NOT EXISTS would still queue for a SHARE
-        # lock on the table behind every open writer.
-        exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]
-        if not exists:
+        # A catalog query, not to_regclass(): that reads the backend's catalog cache, which
+        # need not show an index another session committed a moment ago. And a lookup at all
+        # because CREATE INDEX IF NOT EXISTS would still queue for a SHARE lock on the table
+        # behind every open writer.
+        exists_sql = (
+            "SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = %s AND relkind = 'i' "
+            "AND relnamespace = current_schema()::regnamespace)"
+        )
+        if not conn.execute(exists_sql, (name,)).fetchone()[0]:
             # The global DDL lock makes concurrent first writers create it once; it is held
             # to the end of this transaction, so the others then see the committed index.
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_NS, _DDL_LOCK))
-            exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]
-            if not exists:
+            if not conn.execute(exists_sql, (name,)).fetchone()[0]:
+                # IF NOT EXISTS is checked after the table lock, with fresh catalogs: the
+                # last guard should an index appear by another path (e.g. a manual build).
                 conn.execute(
-                    f"CREATE INDEX {name} ON arbormem_vectors USING hnsw "
+                    f"CREATE INDEX IF NOT EXISTS {name} ON arbormem_vectors USING hnsw "
                     f"((embedding::vector({dim})) vector_cosine_ops) WHERE dim = {dim}"
                 )
                 row = conn.execute(
