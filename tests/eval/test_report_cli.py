@@ -93,3 +93,21 @@ def test_bench_merges_earlier_runs(tmp_path: Path) -> None:
     (tmp_path / "junk.json").write_text("{}")
     res = runner.invoke(bench_command, ["--size", "20", "--merge", str(tmp_path / "junk.json"), *common])
     assert res.exit_code == 1 and "not a bench report" in res.output
+
+
+def test_eval_show_reprints_a_saved_report(tmp_path: Path, mini_path: Path) -> None:
+    from arbormem.eval.cli import eval_group
+
+    out = tmp_path / "r.json"
+    runner = CliRunner()
+    first = runner.invoke(locomo_command, [str(mini_path), "--embedder", "hash", "--budgets", "128",
+                                           "--no-progress", "--json", str(out)])
+    assert first.exit_code == 0, first.output
+    shown = runner.invoke(eval_group, ["show", str(out)])
+    assert shown.exit_code == 0, shown.output
+    # the same tables, from the file, without re-running anything
+    assert shown.output.split("Full context")[0] == first.output.split("Full context")[0]
+    assert "arbormem lead over flat hybrid" in shown.output
+    (tmp_path / "bad.json").write_text('{"budgets": [1]}')
+    bad = runner.invoke(eval_group, ["show", str(tmp_path / "bad.json")])
+    assert bad.exit_code == 1 and "not an eval report" in bad.output

@@ -103,6 +103,26 @@ def locomo_command(files: tuple[str, ...], budget_opts: tuple[str, ...], embedde
         raise click.ClickException(str(exc)) from exc
 
 
+@eval_group.command("show")
+@click.argument("report", type=click.Path(exists=True, dir_okay=False))
+@click.option("--chart", "chart_out", type=click.Path(dir_okay=False), help="Write a PNG chart of recall vs budget.")
+def show_command(report: str, chart_out: str | None) -> None:
+    """Print the tables of a report written by ``eval locomo --json`` (no re-run)."""
+    from .report import locomo_chart, locomo_markdown
+    from .runner import LocomoReport
+
+    try:
+        rep = LocomoReport.from_dict(json.loads(Path(report).read_text(encoding="utf-8")))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise click.ClickException(f"{report}: not an eval report: {exc}") from exc
+    try:
+        click.echo(locomo_markdown(rep))
+        if chart_out:
+            locomo_chart(rep, chart_out)
+    except ArbormemError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
 @click.command("bench")
 @click.option("--size", "sizes", type=click.IntRange(min=1), multiple=True,
               help="Exchanges in memory (repeatable; default 1000 and 10000).")

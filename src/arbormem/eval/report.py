@@ -66,6 +66,12 @@ def locomo_markdown(rep: LocomoReport) -> str:
             ["**arbormem lead over best baseline**",
              *[f"{rep.lead(b):+.3f} (vs {rep.best_baseline(b).system})" for b in budgets]]
         )
+    if "hybrid" in rep.systems:
+        rows.append(
+            ["arbormem lead over flat hybrid",
+             *[f"{rep.score('arbormem', b).evidence_recall - rep.score('hybrid', b).evidence_recall:+.3f}"
+               for b in budgets]]
+        )
     out += [_table(head, rows), "", "recall_all (share of questions with every evidence turn present):", ""]
     out.append(_table(head, [
         [SYSTEM_LABELS.get(s, s), *[f"{rep.score(s, b).recall_all:.3f}" for b in budgets]]

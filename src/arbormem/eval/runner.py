@@ -126,6 +126,18 @@ class LocomoReport(_Serializable):
     version: str = ""
     results: tuple[QuestionResult, ...] = field(default=(), repr=False)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LocomoReport:
+        """Rebuild a report from its ``to_dict()`` / ``--json`` form."""
+        fields = dict(data)
+        fields.pop("command", None)
+        fields["files"] = tuple(fields.get("files", ()))
+        fields["budgets"] = tuple(fields["budgets"])
+        fields["systems"] = tuple(fields["systems"])
+        fields["scores"] = tuple(Score(**s) for s in fields["scores"])
+        fields["results"] = tuple(QuestionResult(**r) for r in fields.get("results", ()))
+        return cls(**fields)
+
     def score(self, system: str, budget: int, category: int | None = None) -> Score:
         for s in self.scores:
             if (s.system, s.budget, s.category) == (system, budget, category):
