@@ -205,4 +205,5 @@ def main() -> None:
 
 
 main.add_command(locomo_command, "locomo")
+main.add_command(show_command, "show")
 main.add_command(bench_command, "bench")
