@@ -13,15 +13,23 @@ import asyncio
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .memory import Memory
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+    from typing import Concatenate, ParamSpec
+
     from .config import Settings
     from .embed import Embedder
     from .llm import LLM, LLMRunner
     from .store.base import Store
+
+    _P = ParamSpec("_P")
+    _R = TypeVar("_R")
+
+    def _as_async(fn: Callable[Concatenate[Memory, _P], _R]) -> Callable[Concatenate[AsyncMemory, _P], Coroutine[Any, Any, _R]]: ...
 
 # The one list: every public method of Memory except the lifecycle ones, derived from the
 # class itself so a method added to Memory is async at once (no list to forget to update).
@@ -74,6 +82,33 @@ class AsyncMemory:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    if TYPE_CHECKING:  # precise types for checkers and editors; runtime methods come from _wrap
+        begin = _as_async(Memory.begin)
+        complete = _as_async(Memory.complete)
+        fail = _as_async(Memory.fail)
+        add = _as_async(Memory.add)
+        add_many = _as_async(Memory.add_many)
+        add_document = _as_async(Memory.add_document)
+        recall = _as_async(Memory.recall)
+        search = _as_async(Memory.search)
+        get = _as_async(Memory.get)
+        exchanges = _as_async(Memory.exchanges)
+        topics = _as_async(Memory.topics)
+        topic = _as_async(Memory.topic)
+        tree = _as_async(Memory.tree)
+        stats = _as_async(Memory.stats)
+        read = _as_async(Memory.read)
+        delete = _as_async(Memory.delete)
+        delete_user = _as_async(Memory.delete_user)
+        organize = _as_async(Memory.organize)
+        consolidate = _as_async(Memory.consolidate)
+        topic_detail = _as_async(Memory.topic_detail)
+        history = _as_async(Memory.history)
+        undo = _as_async(Memory.undo)
+        set_recall_mode = _as_async(Memory.set_recall_mode)
+        pin = _as_async(Memory.pin)
+        llm_log = _as_async(Memory.llm_log)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names Memory does not have either. Declaring it also tells type

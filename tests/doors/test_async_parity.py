@@ -173,3 +173,22 @@ def test_wraps_an_existing_memory(tmp_path: Path) -> None:
         assert mem.get(ex.id) == ex
         with pytest.raises(ConfigError):
             AsyncMemory(tmp_path / "x.db", memory=mem)
+
+
+def test_type_checkers_see_async_signatures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mypy sees each method as a coroutine with Memory's parameters and result type."""
+    mypy = pytest.importorskip("mypy.api")
+    import arbormem
+
+    # Point mypy at the source tree (the installed package carries no py.typed marker).
+    monkeypatch.setenv("MYPYPATH", str(Path(arbormem.__file__).resolve().parents[1]))
+    src = tmp_path / "use_async.py"
+    src.write_text(
+        "from arbormem import AsyncMemory\n"
+        "async def f(m: AsyncMemory) -> None:\n"
+        "    r = await m.recall('x', user_id='u', max_tokens=10)\n"
+        "    reveal_type(r)\n"
+        "    await m.recall(3, user_id='u')\n", encoding="utf-8")
+    out, _, _ = mypy.run([str(src), "--no-incremental", "--ignore-missing-imports"])
+    assert 'Revealed type is "arbormem.models.Recall"' in out
+    assert 'Argument 1 has incompatible type "int"; expected "str"' in out
