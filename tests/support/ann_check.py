@@ -1,0 +1,70 @@
+"""Sampled quality check of the embedded store's approximate search (``store/ann.py``).
+
+    .venv/bin/python tests/support/ann_check.py --size 1000000 --dim 384 --queries 200
+
+Builds an ``AnnMirror`` over ``--size`` clustered synthetic unit vectors, then for sampled
+queries (other members of the same clusters, as queries resemble stored texts) compares the
+top-10 with exact search: recall@10, and the query latency of both. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from arbormem.store.ann import AnnMirror
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=100_000)
+    ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--centres", type=int, default=2000)
+    args = ap.parse_args()
+    rng = np.random.default_rng(5)
+    centres = rng.normal(size=(args.centres, args.dim)).astype(np.float32)
+
+    def draw(n: int) -> np.ndarray:
+        out = np.empty((n, args.dim), dtype=np.float32)
+        for s in range(0, n, 100_000):
+            m = min(100_000, n - s)
+            v = centres[rng.integers(0, args.centres, m)] + 0.6 * rng.normal(size=(m, args.dim)).astype(np.float32)
+            out[s : s + m] = v / np.linalg.norm(v, axis=1, keepdims=True)
+        return out
+
+    data = draw(args.size)
+    queries = draw(args.queries)
+
+    class Cache:  # stands in for SQLiteStore's vector cache
+        pass
+
+    t0 = time.perf_counter()
+    mirror = AnnMirror(args.dim)
+    mirror.sync(Cache(), data, len(data))
+    build_s = time.perf_counter() - t0
+    ann_ms, exact_ms, recall = [], [], []
+    for q in queries:
+        t = time.perf_counter()
+        hits = mirror.search(q, 10)
+        ann_ms.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        scores = data @ q
+        top = np.argpartition(-scores, 10)[:10]
+        exact_ms.append((time.perf_counter() - t) * 1000)
+        recall.append(len({r for r, _ in hits} & set(top.tolist())) / 10)
+    print(json.dumps({
+        "size": args.size, "dim": args.dim, "build_s": round(build_s, 1),
+        "recall_at_10": round(float(np.mean(recall)), 4),
+        "ann_ms_p50": round(float(np.percentile(ann_ms, 50)), 3),
+        "ann_ms_p95": round(float(np.percentile(ann_ms, 95)), 3),
+        "exact_ms_p50": round(float(np.percentile(exact_ms, 50)), 2),
+        "exact_ms_p95": round(float(np.percentile(exact_ms, 95)), 2),
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()
