@@ -131,3 +131,22 @@ def test_delete_user_removes_everything_and_spares_others(mem: Memory, db_path) 
         assert con.execute(f"SELECT COUNT(*) FROM {table} WHERE user_id = 'alice'").fetchone()[0] == 0
     assert con.execute("SELECT COUNT(*) FROM exchange_fts WHERE body LIKE '%honey%'").fetchone()[0] == 0
     con.close()
+
+
+def test_delete_rewrites_the_neighbours_lexical_keys(mem: Memory, db_path) -> None:
+    a = mem.add(chat("planning the garden layout", "raised beds work well"), user_id="u", session_id="s")
+    gone = mem.add(chat("my locker code is zebra-7731", "noted"), user_id="u", session_id="s")
+    c = mem.add(chat("which tomatoes for the garden", "cherry tomatoes"), user_id="u", session_id="s")
+    import sqlite3
+
+    def bodies() -> str:
+        con = sqlite3.connect(db_path)
+        try:
+            return "\n".join(r[0] for r in con.execute("SELECT body FROM exchange_fts"))
+        finally:
+            con.close()
+
+    assert bodies().count("zebra-7731") == 3  # its own key and both neighbours' keys
+    mem.delete(gone.id)
+    assert "zebra" not in bodies()
+    assert mem.search("raised beds tomatoes", user_id="u")[0].exchange.id in {a.id, c.id}
