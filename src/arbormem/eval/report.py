@@ -169,7 +169,8 @@ def bench_markdown(rep: BenchReport) -> str:
         "(lower is better). One-by-one cannot batch its embeddings, so it is also bounded by "
         "single-text embedding latency.",
     ]
-    out.extend(rep.notes)
+    for note in rep.notes:
+        out += ["", note]
     return "\n".join(out) + "\n"
 
 
