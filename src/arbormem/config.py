@@ -55,7 +55,7 @@ class RecallSettings(BaseModel):
     lexical_weight: float = 0.7    # fused = z(dense) + w * z(BM25)
     neighbour_weight: float = 0.3  # + w * the best adjacent same-session exchange's score
     neighbours: int = 40           # strongest hits whose missing neighbours are fetched
-    topic_lift: float = 0.2        # + lift * the exchange's topic relevance (0..1)
+    topic_lift: float = 0.5        # + lift * the exchange's topic relevance (0..1)
     time_boost: float = 0.5        # + boost inside the query's resolved time window
     topic_share: float = 1.0       # most of the budget one topic may take
 
