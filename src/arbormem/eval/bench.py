@@ -271,51 +271,51 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
         # Embed raw at most ``raw_sample`` texts, spread evenly over the run (a 100k store
         # ingests slower at the end than at the start).
         stride = max(1, -(-len(starts) // max(1, -(-cfg.raw_sample // step))))
-        tmp = tempfile.TemporaryDirectory(prefix="arbormem-bench-", dir=cfg.db_dir)
-        db = Path(tmp.name) / "bench.db"
-        mem = Memory(str(db), embedder=emb)
-        try:
-            raw_s = bulk_s = 0.0
-            raw_n = 0
-            for j, i in enumerate(tqdm(starts, desc=f"{desc}: bulk ingest + raw embed",
-                                       disable=not cfg.progress, leave=False)):
-                if j % stride == 0:
+        # The database lives in a temporary folder removed even when the run is interrupted.
+        with tempfile.TemporaryDirectory(prefix="arbormem-bench-", dir=cfg.db_dir) as tmp:
+            db = Path(tmp) / "bench.db"
+            mem = Memory(str(db), embedder=emb)
+            try:
+                raw_s = bulk_s = 0.0
+                raw_n = 0
+                for j, i in enumerate(tqdm(starts, desc=f"{desc}: bulk ingest + raw embed",
+                                           disable=not cfg.progress, leave=False)):
+                    if j % stride == 0:
+                        t0 = time.perf_counter()
+                        emb.embed(texts[i : i + step])
+                        raw_s += time.perf_counter() - t0
+                        raw_n += len(texts[i : i + step])
                     t0 = time.perf_counter()
-                    emb.embed(texts[i : i + step])
-                    raw_s += time.perf_counter() - t0
-                    raw_n += len(texts[i : i + step])
-                t0 = time.perf_counter()
-                mem.add_many(bulk[i : i + step], user_id="bench")
-                bulk_s += time.perf_counter() - t0
-            raw_tput = raw_n / raw_s if raw_s > 0 else float("inf")
+                    mem.add_many(bulk[i : i + step], user_id="bench")
+                    bulk_s += time.perf_counter() - t0
+                raw_tput = raw_n / raw_s if raw_s > 0 else float("inf")
 
-            # one-by-one begin/complete, appended to the full store
-            single_ms = []
-            t0 = time.perf_counter()
-            for it in tqdm(singles, desc=f"{desc}: begin/complete", disable=not cfg.progress, leave=False):
-                msgs = it["messages"]
-                t1 = time.perf_counter()
-                x = mem.begin(msgs[0]["content"], user_id="bench", session_id=it["session_id"], at=it["at"])
-                if len(msgs) > 1:
-                    mem.complete(x.id, msgs[1]["content"], at=it["at"])
-                single_ms.append((time.perf_counter() - t1) * 1000)
-            singles_s = time.perf_counter() - t0
+                # one-by-one begin/complete, appended to the full store
+                single_ms = []
+                t0 = time.perf_counter()
+                for it in tqdm(singles, desc=f"{desc}: begin/complete", disable=not cfg.progress, leave=False):
+                    msgs = it["messages"]
+                    t1 = time.perf_counter()
+                    x = mem.begin(msgs[0]["content"], user_id="bench", session_id=it["session_id"], at=it["at"])
+                    if len(msgs) > 1:
+                        mem.complete(x.id, msgs[1]["content"], at=it["at"])
+                    single_ms.append((time.perf_counter() - t1) * 1000)
+                singles_s = time.perf_counter() - t0
 
-            # recall latency, each call paired with embedding the same query alone
-            mem.recall(queries[0], user_id="bench", max_tokens=cfg.budget)  # warm caches
-            one_q, recall_ms, tokens = [], [], []
-            for q in tqdm(queries, desc=f"{desc}: recall", disable=not cfg.progress, leave=False):
-                t0 = time.perf_counter()
-                emb.embed([q])
-                one_q.append((time.perf_counter() - t0) * 1000)
-                t0 = time.perf_counter()
-                r = mem.recall(q, user_id="bench", max_tokens=cfg.budget)
-                recall_ms.append((time.perf_counter() - t0) * 1000)
-                tokens.append(r.tokens)
-        finally:
-            mem.close()
-        disk = _db_bytes(db)
-        tmp.cleanup()
+                # recall latency, each call paired with embedding the same query alone
+                mem.recall(queries[0], user_id="bench", max_tokens=cfg.budget)  # warm caches
+                one_q, recall_ms, tokens = [], [], []
+                for q in tqdm(queries, desc=f"{desc}: recall", disable=not cfg.progress, leave=False):
+                    t0 = time.perf_counter()
+                    emb.embed([q])
+                    one_q.append((time.perf_counter() - t0) * 1000)
+                    t0 = time.perf_counter()
+                    r = mem.recall(q, user_id="bench", max_tokens=cfg.budget)
+                    recall_ms.append((time.perf_counter() - t0) * 1000)
+                    tokens.append(r.tokens)
+            finally:
+                mem.close()
+            disk = _db_bytes(db)
 
     n_single = len(singles)
     bulk_tput = len(bulk) / bulk_s if bulk_s > 0 else float("inf")
@@ -346,6 +346,12 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
 
 
 def _child(cfg: BenchConfig) -> BenchResult:
+    import signal
+    import sys
+
+    # SIGTERM (a killed parent, a CI timeout) unwinds normally, so the temporary database
+    # is removed instead of left behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     return bench_size(cfg)
 
 
