@@ -121,3 +121,25 @@ def test_eight_writer_processes_keep_sequence_and_tree_consistent(
         assert mem.store.list_users() == sorted([SHARED, *(f"solo{i}" for i in range(PROCS))])
         hits = mem.search("sourdough starter", user_id=SHARED, limit=5)
         assert hits and "sourdough" in hits[0].exchange.text
+
+
+def test_async_memory_over_postgres_runs_concurrent_tasks(pg_database: str) -> None:
+    """AsyncMemory offloads each call to a thread; on PostgreSQL each thread takes its own
+    pooled connection, so concurrent tasks of one user still serialise on the user's lock."""
+    import asyncio
+
+    from arbormem import AsyncMemory
+
+    async def main() -> list[int]:
+        async with AsyncMemory(database_url=pg_database, embedder="hash:64") as mem:
+            made = await asyncio.gather(*(
+                mem.add([{"role": "user", "content": f"async note {i} about rowing"}], user_id="a")
+                for i in range(24)
+            ))
+            hits = await mem.search("rowing", user_id="a", limit=3)
+            assert hits
+            return sorted(e.seq for e in made)
+
+    assert asyncio.run(main()) == list(range(1, 25))
+    with Memory(database_url=pg_database, embedder="hash:64") as mem:
+        _check_tree(mem, "a")
