@@ -17,7 +17,13 @@ from arbormem.llm import LLMRunner, OpenAICompatibleLLM
 from arbormem.organize.consolidate import ConsolidationOptions
 from arbormem.organize.organizer import Organizer
 from tests.conftest import chat
-from tests.support.openai_server import API_KEY, Behaviour, ScriptedOpenAIServer, answer_json, garbage_body
+from tests.support.openai_server import (
+    API_KEY,
+    Behaviour,
+    ScriptedOpenAIServer,
+    answer_json,
+    garbage_body,
+)
 
 from .conftest import check_tree, fragmented
 
