@@ -282,3 +282,19 @@ def test_consolidate_all_users_is_isolated(db_path: Path) -> None:
         check_tree(mem, uid)
         assert all(c.user_id == uid for c in mem.store.list_changes(uid, limit=1000))
     mem.close()
+
+
+def test_consolidation_and_undo_on_postgresql(pg_database: str) -> None:
+    from arbormem.store.postgres import PostgresStore
+
+    mem = Memory(store=PostgresStore(pg_database, max_size=4), embedder=HashEmbedder())
+    mem.add_many(fragmented(120), user_id="u")
+    before = {t.id: t.size for t in mem.topics(user_id="u") if t.kind == "topic"}
+    report = mem.consolidate("u")
+    assert report.merged > 0
+    check_tree(mem, "u")
+    for c in [c for c in mem.store.list_changes("u", limit=1000) if c.action == "merge"]:
+        mem.undo(c.id, user_id="u")
+    check_tree(mem, "u")
+    assert {t.id: t.size for t in mem.topics(user_id="u") if t.kind == "topic"} == before
+    mem.close()
