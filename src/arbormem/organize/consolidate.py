@@ -776,12 +776,18 @@ def _exchanges_pass(store: Store, user_id: str, opts: ConsolidationOptions, thr:
 def _topic_tags(rec: TopicRecord) -> list[str]:
     raw = rec.meta.get("retrieval_terms") if rec.meta.get("label_source") == "llm" else None
     words = [str(t) for t in (raw or rec.keywords)][:6]
-    return [" ".join(w.casefold().split()) for w in words if w.strip()]
+    # Numbers and codes are not tags (and would make every topic's tags unique).
+    return [" ".join(w.casefold().split()) for w in words if any(ch.isalpha() for ch in w)]
 
 
-def normalise_tags(tags: Sequence[str], vocab: Sequence[str], embed: Any, threshold: float) -> dict[str, str]:
+def normalise_tags(tags: Sequence[str], vocab: Sequence[str], embed: Any, threshold: float,
+                   block: int = 256) -> dict[str, str]:
     """Map each tag to a canonical tag: itself (exact match or new) or the closest known tag
-    when their embeddings are at least ``threshold`` similar. Meaning, never substrings."""
+    when their embeddings are at least ``threshold`` similar. Meaning, never substrings.
+
+    Tags are taken in order; each one not joined becomes known for the ones after it. The
+    similarities are computed a block of tags at a time (matrix products), so only the greedy
+    choice itself is sequential."""
     known = list(dict.fromkeys(vocab))
     known_set = set(known)
     todo = [t for t in dict.fromkeys(tags) if t not in known_set]
@@ -793,18 +799,31 @@ def normalise_tags(tags: Sequence[str], vocab: Sequence[str], embed: Any, thresh
     mat[: len(known)] = vecs[: len(known)]
     names_ = list(known)
     n = len(known)
-    for j, tag in enumerate(todo):
-        v = vecs[len(known) + j]
-        if n:
-            sims = mat[:n] @ v
-            best = int(np.argmax(sims))
-            if float(sims[best]) >= threshold:
+    for start in range(0, len(todo), block):
+        chunk = todo[start : start + block]
+        q = vecs[len(known) + start : len(known) + start + len(chunk)]
+        before = mat[:n] @ q.T if n else np.zeros((0, len(chunk)), dtype=np.float32)  # (n, b)
+        base_n = n
+        inside = q @ q.T                                                                # (b, b)
+        accepted: list[int] = []  # positions in this chunk that became known tags
+        for j, tag in enumerate(chunk):
+            best_sim, best = -2.0, -1
+            if base_n:
+                b = int(np.argmax(before[:, j]))
+                best_sim, best = float(before[b, j]), b
+            if accepted:
+                sims = inside[accepted, j]
+                a = int(np.argmax(sims))
+                if float(sims[a]) > best_sim:
+                    best_sim, best = float(sims[a]), base_n + a
+            if best >= 0 and best_sim >= threshold:
                 out[tag] = names_[best]
                 continue
-        out[tag] = tag
-        mat[n] = v
-        names_.append(tag)
-        n += 1
+            out[tag] = tag
+            mat[n] = q[j]
+            names_.append(tag)
+            accepted.append(j)
+            n += 1
     return out
 
 
