@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from .aio import AsyncMemory
 from .config import Settings
 from .embed import CallableEmbedder, Embedder
 from .errors import (
@@ -23,7 +24,6 @@ from .errors import (
     StoreError,
     ValidationError,
 )
-from .aio import AsyncMemory
 from .memory import Memory
 from .models import Exchange, Hit, Recall, RecallTrace, Stats, Topic
 

@@ -25,7 +25,7 @@ class LLMSettings(BaseModel):
 class TreeSettings(BaseModel):
     """Placement of exchanges in the topic tree (see docs/architecture.md, "Placement")."""
 
-    max_children: int = Field(8, ge=3, le=64)
+    max_children: int = Field(default=8, ge=3, le=64)
     # Continue the open topic when the exchange is at least this similar to its centroid
     # (cosine, MiniLM). Calibrated with scripts/calibrate_thresholds.py on LoCoMo dialogue:
     # adjacent same-session exchanges p10 = 0.45 (vs the centroid of the previous three:
@@ -68,9 +68,9 @@ class Settings(BaseSettings):
     db: str = "arbormem.db"
     database_url: str | None = None
     embedder: str = "local"
-    torch_threads: int = Field(1, ge=1)
-    embed_batch_size: int = Field(64, ge=1)
-    max_message_chars: int = Field(200_000, ge=1)
+    torch_threads: int = Field(default=1, ge=1)
+    embed_batch_size: int = Field(default=64, ge=1)
+    max_message_chars: int = Field(default=200_000, ge=1)
     llm: LLMSettings = LLMSettings()
     tree: TreeSettings = TreeSettings()
     recall: RecallSettings = RecallSettings()

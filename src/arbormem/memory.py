@@ -207,7 +207,7 @@ class Memory:
             vecs = self.embedder.embed([ex.text for ex in chunk])
             with self.store.transaction(uid):
                 tree = TreeSession(self.store, uid, self.settings.tree)
-                for ex, vec in zip(chunk, vecs):
+                for ex, vec in zip(chunk, vecs, strict=True):
                     ex = dataclasses.replace(ex, seq=self.store.next_seq(uid))
                     out.append(self._ingest(tree, ex, vec, update=False, flush=False))
                 tree.flush()

@@ -6,7 +6,6 @@ import json
 import re
 from typing import Any
 
-import pytest
 from click.testing import CliRunner
 
 from arbormem.cli import main

@@ -48,7 +48,7 @@ class HashEmbedder(Embedder):
             for w in words:
                 j, s = self._bucket(w)
                 out[i, j] += s
-            for a, b in zip(words, words[1:]):
+            for a, b in zip(words, words[1:], strict=False):
                 j, s = self._bucket(a + " " + b)
                 out[i, j] += 0.5 * s
             # Keep every text non-zero so normalisation is defined.

@@ -262,9 +262,8 @@ class TreeSession:
         cap = max(2, self.s.max_children // 2)
         k = max(2, math.ceil(len(kids) / cap))
         dim = next(c.vec_sum.shape[0] for c in kids if c.vec_sum is not None)
-        vecs = np.stack([
-            c.centroid() if c.centroid() is not None else np.zeros(dim, dtype=np.float32) for c in kids
-        ])
+        zero = np.zeros(dim, dtype=np.float32)
+        vecs = np.stack([_or(c.centroid(), zero) for c in kids])
         groups = [g for g in balanced_groups(vecs, k, cap) if g]
         if node.kind == "root":
             # Every group moves down a level, singletons too: a child left at the root would
@@ -277,7 +276,7 @@ class TreeSession:
                 return
             movers = groups[1:]
             targets = [self._create("theme", parent, seq) for _ in movers]
-        for theme, group in zip(targets, movers):
+        for theme, group in zip(targets, movers, strict=True):
             for j in group:
                 self._reparent(kids[j], theme)
             self._recompute(theme)
@@ -380,6 +379,10 @@ class TreeSession:
         top = sorted(best, key=lambda b: -b[0])[:2]
         text = " ".join(s for _, _, s in sorted(top, key=lambda b: b[1]))
         return shorten(text, 240) if text else leaf.summary
+
+
+def _or(vec: np.ndarray | None, default: np.ndarray) -> np.ndarray:
+    return default if vec is None else vec
 
 
 def make_title(keywords: list[str]) -> str:

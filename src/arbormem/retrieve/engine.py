@@ -126,11 +126,11 @@ class Retriever:
                 sources[nb.id].add("neighbour")
             base = dict(fused)
             for i in list(fused):
-                ex = exchanges.get(i)
-                if ex is None:
+                hit = exchanges.get(i)
+                if hit is None:
                     continue
                 best_nb = max((base[j] for d in (-1, 1)
-                               if (j := by_seq.get((ex.session_id, ex.seq + d))) is not None), default=floor)
+                               if (j := by_seq.get((hit.session_id, hit.seq + d))) is not None), default=floor)
                 fused[i] = base[i] + self.s.neighbour_weight * max(best_nb, floor)
 
         # Shift to positive scores (later steps, e.g. the LLM planner, lift multiplicatively).
@@ -252,10 +252,10 @@ class Retriever:
         recent_ids: set[str] = set()
         for ex in reversed(recent):
             block(ex)
-            c = cost[ex.id] + (header_cost if not recent_ids else 0)
-            if recent_used + c > recent_cap:
+            need = cost[ex.id] + (header_cost if not recent_ids else 0)
+            if recent_used + need > recent_cap:
                 break
-            recent_used += c
+            recent_used += need
             recent_ids.add(ex.id)
         used += recent_used
 

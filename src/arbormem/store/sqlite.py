@@ -421,14 +421,14 @@ class SQLiteStore(Store):
             conn.executemany(
                 "INSERT INTO vectors (kind, item_id, user_id, vec) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (kind, item_id) DO UPDATE SET vec = excluded.vec",
-                [(kind, i, user_id, v.tobytes()) for i, v in zip(ids, vectors)],
+                [(kind, i, user_id, v.tobytes()) for i, v in zip(ids, vectors, strict=True)],
             )
         # An upsert keeps the old rowid, so the incremental cache refresh would not see it:
         # patch rows already cached in place (only our own writes reach here).
         with self._cache_lock:
             cache = self._cache.get((user_id, kind))
             if cache is not None:
-                for i, v in zip(ids, vectors):
+                for i, v in zip(ids, vectors, strict=True):
                     j = cache.index.get(i)
                     if j is not None:
                         cache.matrix[j] = v
