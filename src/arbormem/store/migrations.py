@@ -100,4 +100,14 @@ SQLITE_MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX changes_user_target ON changes (user_id, target_id);
         """,
     ),
+    (
+        2,
+        "exchanges by (user, topic, seq)",
+        # Without it SQLite answers "the exchanges of topic T" through the (user_id, seq)
+        # index, scanning every exchange of the user: ~3 ms per topic at 10k exchanges, paid by
+        # every summary and every merge. PostgreSQL's schema has had this index from the start.
+        """
+        CREATE INDEX exchanges_user_topic ON exchanges (user_id, topic_id, seq);
+        """,
+    ),
 ]
