@@ -114,7 +114,7 @@ class ConsolidationOptions:
     supersede: bool = True
     tags: bool = True
     batch: int = 200                         # exchanges per write transaction
-    vector_scan: int = 1000                  # newest new exchanges checked for near-duplicates
+    vector_scan: int = 200                   # newest new exchanges checked for near-duplicates
 
 
 # -- exchange marks ----------------------------------------------------------------------------
@@ -603,8 +603,11 @@ def _merge_and_link(store: Store, user_id: str, settings: TreeSettings, llm: Any
                 need = [t for t in {*p.older.terms, *p.newer.terms} if t not in df]
                 if need:
                     df.update(store.get_term_df(user_id, need))
-                verdict = lexical_veto(p.older, p.newer, [e.text for e in members(p.older.id)],
-                                       [e.text for e in members(p.newer.id)], df, n_docs)
+                # Terms first (from the topic rows); the texts, for names, only if they pass.
+                verdict = lexical_veto(p.older, p.newer, [], [], df, n_docs)
+                if verdict.ok:
+                    verdict = lexical_veto(p.older, p.newer, [e.text for e in members(p.older.id)],
+                                           [e.text for e in members(p.newer.id)], df, n_docs)
             if verdict.ok:
                 used.update({p.older.id, p.newer.id})
                 merges.append((p, verdict))
