@@ -148,6 +148,8 @@ def test_get_and_list_exchanges_filters(store: Store) -> None:
     assert [e.seq for e in store.list_exchanges("u", after_seq=5)] == [6, 7]
     assert [e.seq for e in store.list_exchanges("u", limit=2, newest_first=True)] == [7, 6]
     assert [e.seq for e in store.iter_exchanges("u", batch=3)] == list(range(1, 8))
+    assert [e.seq for e in store.exchanges_by_seq("u", [6, 2, 99, 2])] == [2, 6]
+    assert store.exchanges_by_seq("u", []) == [] and store.exchanges_by_seq("nobody", [1]) == []
     assert store.count_exchanges("u") == {"pending": 2, "completed": 5, "failed": 0}
     assert store.count_exchanges(None) == {"pending": 2, "completed": 6, "failed": 0}
     assert store.list_users() == ["other", "u"]

@@ -398,6 +398,19 @@ class PostgresStore(Store):
             rows = conn.execute(sql, params).fetchall()
         return [self._ex(r) for r in rows]
 
+    def exchanges_by_seq(self, user_id: str, seqs: Sequence[int]) -> list[Exchange]:
+        """The user's exchanges with these sequence numbers, in one query."""
+        wanted = sorted({int(s) for s in seqs})
+        if not wanted:
+            return []
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT {self._EX_COLS} FROM arbormem_exchanges "
+                "WHERE user_id = %s AND seq = ANY(%s) ORDER BY seq",
+                (user_id, wanted),
+            ).fetchall()
+        return [self._ex(r) for r in rows]
+
     def iter_exchanges(self, user_id: str, batch: int = 1000) -> Iterator[Exchange]:
         after = -(2**62)
         while True:
