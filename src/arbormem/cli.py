@@ -298,6 +298,9 @@ def _register_optional() -> None:
         main.add_command(chat, "chat")
     except ImportError:
         pass
+    from .check_cli import check_command
+
+    main.add_command(check_command, "check")
 
 
 _register_optional()
