@@ -147,8 +147,10 @@ class Memory:
             ex, status="completed", assistant_text=reply, assistant_at=done_at,
             messages=(*ex.messages, {"role": "assistant", "content": reply}),
         )
-        self._check_embedder()
+        # Embed before the model is recorded: an embedder returning garbage must not bind a
+        # fresh memory to itself (its EmbeddingError leaves the memory unchanged).
         vec = self.embedder.embed([done.text])[0]
+        self._check_embedder()
         with self.store.transaction(ex.user_id):
             current = self.store.get_exchange(exchange_id)
             if current is None or current.status != "pending":
@@ -199,12 +201,12 @@ class Memory:
         prepared = [self._prepare(uid, item, i) for i, item in enumerate(items)]
         if not prepared:
             return []
-        self._check_embedder()
         out: list[Exchange] = []
         total = len(prepared)
         for start in range(0, total, batch_size):
             chunk = prepared[start : start + batch_size]
             vecs = self.embedder.embed([ex.text for ex in chunk])
+            self._check_embedder()  # after embedding: see complete()
             with self.store.transaction(uid):
                 tree = TreeSession(self.store, uid, self.settings.tree)
                 for ex, vec in zip(chunk, vecs, strict=True):
