@@ -71,7 +71,10 @@ def test_older_topic_absorbs_newer_and_ids_stay_stable(db_path: Path) -> None:
 def test_open_topic_is_never_merged(db_path: Path) -> None:
     mem = _mem(db_path)
     text = "sourdough starter flour oven crust hydration loaf"
-    mem.add_many([{"messages": chat(f"{text} {i}", text), "session_id": f"s{i}"} for i in range(3)], user_id="u")
+    # Unrelated filler first, so the sourdough words are specific to the sourdough topics.
+    filler = [{"messages": chat(f"f{i}a f{i}b f{i}c", f"f{i}d f{i}e"), "session_id": f"f{i}"} for i in range(40)]
+    mem.add_many(filler + [{"messages": chat(f"{text} {i}", text), "session_id": f"s{i}"} for i in range(3)],
+                 user_id="u")
     root = mem.store.list_topics("u", parent_id=None)[0]
     current = root.meta["current"]
     report = mem.consolidate("u", options=ConsolidationOptions(thresholds=Thresholds(0.1, 0.05, 0.95, 0.3, 0.95)))

@@ -216,8 +216,9 @@ class Veto:
 
 def lexical_veto(a: TopicRecord, b: TopicRecord, a_texts: Sequence[str], b_texts: Sequence[str],
                  df: Mapping[str, int], n_docs: int) -> Veto:
-    """The offline veto: two topics may merge only when they share more than one distinctive
-    term (tf-idf weighted Jaccard of their term counts) and do not name disjoint entities.
+    """The offline veto: two topics may merge only when they share at least two specific terms
+    (in at most 10% of the user's exchanges), their distinctive terms overlap (tf-idf weighted
+    Jaccard >= 0.12) and they do not name disjoint entities.
 
     One shared word is not a shared subject: "python" alone joins a snake and a language.
     """
@@ -235,9 +236,12 @@ def lexical_veto(a: TopicRecord, b: TopicRecord, a_texts: Sequence[str], b_texts
     na = set().union(*(names(t) for t in a_texts)) if a_texts else set()
     nb = set().union(*(names(t) for t in b_texts)) if b_texts else set()
     disjoint_names = bool(na) and bool(nb) and not (na & nb)
-    ok = len(shared) >= 2 and overlap >= 0.12 and not disjoint_names
-    return Veto(ok, "lexical", {"shared_terms": shared[:12], "overlap": round(overlap, 3),
-                                "disjoint_names": disjoint_names})
+    # Shared words that most exchanges contain (the speakers' names in a dialogue, "time",
+    # "see") say nothing about a shared subject: at least two must be specific.
+    specific = [t for t in shared if df.get(t, 1) <= max(2, 0.10 * n_docs)]
+    ok = len(specific) >= 2 and overlap >= 0.12 and not disjoint_names
+    return Veto(ok, "lexical", {"shared_terms": shared[:12], "specific_terms": specific[:12],
+                                "overlap": round(overlap, 3), "disjoint_names": disjoint_names})
 
 
 # -- tree surgery (inside a TreeSession, i.e. inside the user's transaction) ------------------
