@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from ..config import RecallSettings
 from ..embed.base import Embedder
 from ..models import Exchange, Hit, Recall, RecallTrace, Topic
 from ..organize.consolidate import recall_marks
-from ..store.base import Store, TopicRecord
+from ..store.base import ExchangeHead, Store, TopicRecord
 from ..tokens import TokenCounter
 from .query import QueryAnalysis, analyse
 
@@ -71,7 +71,7 @@ class Retriever:
 
     # -- shared candidate generation -------------------------------------------------------------
     def _score(self, user_id: str, q: QueryAnalysis, qvec: np.ndarray, k: int,
-               timings: dict[str, float]) -> tuple[dict[str, _Cand], dict[str, float], dict[str, Exchange]]:
+               timings: dict[str, float]) -> tuple[dict[str, _Cand], dict[str, float], dict[str, Exchange | ExchangeHead]]:
         t0 = time.perf_counter()
         dense = self.store.vector_search(user_id, "exchange", qvec, k)
         lex = self.store.text_search(user_id, "exchange", q.terms, k) if q.terms else []
@@ -101,7 +101,10 @@ class Retriever:
             if i in lz:
                 sources[i].add("lexical")
         floor = dfloor + self.s.lexical_weight * lfloor
-        exchanges = {e.id: e for e in self.store.get_exchanges(user_id, list(fused))}
+        # Scoring needs only seq/session/topic/time: fetch heads, not whole exchanges; the
+        # few that get packed are fetched whole later.
+        exchanges: dict[str, Exchange | ExchangeHead] = {
+            h.id: h for h in self.store.exchange_heads(user_id, list(fused))}
         for i, ex in exchanges.items():
             if ex.topic_id in topic_norm:
                 fused[i] += self.s.topic_lift * topic_norm[ex.topic_id]
@@ -171,12 +174,21 @@ class Retriever:
         timings: dict[str, float] = {}
         cands, _, exchanges = self._score(user_id, q, qvec, max(limit * 3, self.s.candidates), timings)
         ranked = sorted(cands.values(), key=lambda c: -c.score)[:limit]
-        paths = self._paths(user_id, {exchanges[c.ex_id].topic_id for c in ranked if exchanges[c.ex_id].topic_id})  # type: ignore[misc]
+        full = self._full(user_id, exchanges, [c.ex_id for c in ranked])
+        paths = self._paths(user_id, {t for c in ranked if (t := full[c.ex_id].topic_id)})
         return [
-            Hit(exchange=exchanges[c.ex_id], score=c.score, topic_id=exchanges[c.ex_id].topic_id,
-                path=paths.get(exchanges[c.ex_id].topic_id or "", ()), sources=tuple(sorted(c.sources)))
-            for c in ranked
+            Hit(exchange=full[c.ex_id], score=c.score, topic_id=full[c.ex_id].topic_id,
+                path=paths.get(full[c.ex_id].topic_id or "", ()), sources=tuple(sorted(c.sources)))
+            for c in ranked if c.ex_id in full
         ]
+
+    def _full(self, user_id: str, exchanges: dict[str, Exchange | ExchangeHead],
+              ids: list[str]) -> dict[str, Exchange]:
+        """Whole exchanges for ``ids``, replacing heads in ``exchanges`` (one query)."""
+        missing = [i for i in ids if not isinstance(exchanges.get(i), Exchange)]
+        for ex in self.store.get_exchanges(user_id, missing):
+            exchanges[ex.id] = ex
+        return {i: x for i in ids if isinstance(x := exchanges.get(i), Exchange)}
 
     def recall(self, user_id: str, query: str, max_tokens: int, recent: int,
                to_topic: Callable[[str, str], Topic | None], planner: RecallPlanner | None = None) -> Recall:
@@ -197,7 +209,8 @@ class Retriever:
         # Consolidation marks (organize/consolidate.py): updates outrank the facts they
         # superseded (both stay, rendered marked); pinned topics' latest exchanges come first.
         scores = {i: c.score for i, c in cands.items()}
-        for i, source in recall_marks(self.store, user_id, scores, exchanges, max_tokens,
+        # Heads carry the organiser's marks, which is all recall_marks reads of an exchange.
+        for i, source in recall_marks(self.store, user_id, scores, cast(dict[str, Exchange], exchanges), max_tokens,
                                       lambda e: self.counter.count(render_exchange(e)) + 1).items():
             cands.setdefault(i, _Cand(i)).sources.add(source)
         for i, s in scores.items():
@@ -224,7 +237,7 @@ class Retriever:
         )
         return Recall(text=text, tokens=tokens, exchanges=tuple(packed), topics=topics, trace=trace)
 
-    def _pack(self, user_id: str, cands: Mapping[str, _Cand], exchanges: Mapping[str, Exchange],
+    def _pack(self, user_id: str, cands: Mapping[str, _Cand], exchanges: dict[str, Exchange | ExchangeHead],
               recent: list[Exchange], budget: int) -> tuple[list[Exchange], str, int, int]:
         count = self.counter.count
         blocks: dict[str, str] = {}
@@ -261,10 +274,18 @@ class Retriever:
 
         cap_per_topic = max(1, int(budget * self.s.topic_share))
         ranked = sorted(cands.values(), key=lambda c: -c.score)
-        for c in ranked:
+        # Whole exchanges are fetched in batches down the ranking, only as far as packing gets.
+        full: dict[str, Exchange] = {}
+        batch = 48
+        for pos, c in enumerate(ranked):
             if c.ex_id in recent_ids:
                 continue
-            ex = exchanges[c.ex_id]
+            if c.ex_id not in full:
+                full.update(self._full(user_id, exchanges, [x.ex_id for x in ranked[pos : pos + batch]]))
+            got = full.get(c.ex_id)
+            if got is None:  # deleted meanwhile
+                continue
+            ex = got
             block(ex)
             extra = cost[ex.id] + (0 if ex.topic_id in headers else header_cost)
             if used + extra > budget or per_topic[ex.topic_id] + cost[ex.id] > cap_per_topic:

@@ -24,6 +24,7 @@ from ..llm.prompts import Budget, TopicCard, Turn, plan_messages
 from ..llm.roles import Intent, QueryAnalysis, check_time_range, handles, resolve_handles
 from ..llm.runner import LLMRunner
 from ..models import Exchange
+from ..store.base import ExchangeHead
 from ..text import terms
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,7 +100,7 @@ class RecallPlanner:
         now: datetime | None,
         cands: MutableMapping[str, _Cand],
         topic_norm: Mapping[str, float],
-        exchanges: MutableMapping[str, Exchange],
+        exchanges: MutableMapping[str, Exchange | ExchangeHead],
         offline_range: tuple[datetime, datetime] | None,
     ) -> list[str]:
         """Plan, then lift the candidates the plan points at. Returns notes for the trace."""
@@ -172,7 +173,7 @@ class RecallPlanner:
         user_id: str,
         cands: Mapping[str, _Cand],
         topic_norm: Mapping[str, float],
-        exchanges: Mapping[str, Exchange],
+        exchanges: Mapping[str, Exchange | ExchangeHead],
     ) -> list[TopicCard]:
         """Leaf topics ranked by the offline search: topic hits first, then the topics of the
         best exchange hits. Bounded by ``max_directory`` whatever the history size."""

@@ -13,7 +13,7 @@ transaction.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -74,6 +74,25 @@ class ChangeRecord:
     detail: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class ExchangeHead:
+    """The fields recall needs to score an exchange, without its text (cheap to fetch)."""
+
+    id: str
+    seq: int
+    session_id: str | None
+    topic_id: str | None
+    user_at: datetime
+    status: Status
+    archived: bool
+    #: Only the organiser's marks (``metadata["_arbormem"]``: superseded_by, ...), if any.
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: The metadata key under which the organiser keeps its marks on exchanges.
+MARKS_KEY = "_arbormem"
+
+
 class Store(ABC):
     """Persistence contract implemented by SQLiteStore and PostgresStore."""
 
@@ -121,6 +140,12 @@ class Store(ABC):
         limit: int | None = None,
         newest_first: bool = False,
     ) -> list[Exchange]: ...
+
+    def exchange_heads(self, user_id: str, ids: Sequence[str]) -> list[ExchangeHead]:
+        """Scoring fields of the user's exchanges with these ids (stores may override cheaply)."""
+        return [ExchangeHead(e.id, e.seq, e.session_id, e.topic_id, e.user_at, e.status, e.archived,
+                             {MARKS_KEY: e.metadata[MARKS_KEY]} if MARKS_KEY in e.metadata else {})
+                for e in self.get_exchanges(user_id, ids)]
 
     def exchanges_by_seq(self, user_id: str, seqs: Sequence[int]) -> list[Exchange]:
         """The user's exchanges with these sequence numbers (stores may override with one query)."""

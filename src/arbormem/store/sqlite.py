@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import MigrationError, StoreError
 from ..models import Exchange, Status
-from .base import ChangeRecord, IndexKind, Store, TopicRecord
+from .base import MARKS_KEY, ChangeRecord, ExchangeHead, IndexKind, Store, TopicRecord
 from .migrations import SQLITE_MIGRATIONS
 
 _FTS = {"exchange": "exchange_fts", "topic": "topic_fts"}
@@ -315,6 +315,23 @@ class SQLiteStore(Store):
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return [self._ex(r) for r in self._rows(sql, params)]
+
+    def exchange_heads(self, user_id: str, ids: Sequence[str]) -> list[ExchangeHead]:
+        # No JSON and no text: recall scores hundreds of candidates and renders a few dozen.
+        out: list[ExchangeHead] = []
+        ids = list(dict.fromkeys(ids))
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for r in self._rows(
+                "SELECT id, seq, session_id, topic_id, user_at, status, archived, "
+                f"json_extract(metadata, '$.\"{MARKS_KEY}\"') FROM exchanges "
+                f"WHERE user_id = ? AND id IN ({marks})", (user_id, *chunk),
+            ):
+                meta = {MARKS_KEY: json.loads(r[7])} if r[7] else {}
+                out.append(ExchangeHead(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), r[5],
+                                        bool(r[6]), meta))
+        return out
 
     def exchanges_by_seq(self, user_id: str, seqs: Sequence[int]) -> list[Exchange]:
         seqs = sorted({int(x) for x in seqs})
