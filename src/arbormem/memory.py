@@ -487,6 +487,7 @@ class Memory:
             else:
                 self.store.delete_exchange(ex.id)
             self.store.log_change(ex.user_id, "delete", ex.id, {"seq": ex.seq, "topic": ex.topic_id})
+            self.store.purge_deleted_text()
 
     def delete_user(self, user_id: str) -> int:
         """Delete every exchange, topic, index entry and log row of a user; returns the count."""

@@ -222,6 +222,11 @@ class Store(ABC):
     def delete_user(self, user_id: str) -> int:
         """Remove every row of the user from every table and index; returns exchanges removed."""
 
+    def purge_deleted_text(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Physically drop the text of deleted index entries where the backend keeps it after a
+        delete (SQLite's FTS5 keeps deleted tokens in old index segments until they merge).
+        Called inside the deleting transaction."""
+
     @abstractmethod
     def log_change(self, user_id: str, action: str, target_id: str, detail: dict[str, Any]) -> str: ...
 
