@@ -134,6 +134,16 @@ class SQLiteStore(Store):
         with self._guard() as conn:
             return conn.execute(sql, params).fetchall()
 
+    def _rows_in(self, sql: str, params: Sequence[Any], values: Sequence[Any]) -> list[Any]:
+        """Rows of ``sql`` whose ``{marks}`` placeholder takes ``values``, in chunks of 500
+        (SQLite limits the number of bound parameters)."""
+        out: list[Any] = []
+        values = list(dict.fromkeys(values))
+        for i in range(0, len(values), 500):
+            chunk = values[i : i + 500]
+            out.extend(self._rows(sql.format(marks=",".join("?" * len(chunk))), (*params, *chunk)))
+        return out
+
     def _migrate(self) -> None:
         with self.transaction("\x00migrate"):
             conn = self._conn
@@ -282,16 +292,9 @@ class SQLiteStore(Store):
         return self._ex(row) if row else None
 
     def get_exchanges(self, user_id: str, ids: Sequence[str]) -> list[Exchange]:
-        out: list[Exchange] = []
-        ids = list(dict.fromkeys(ids))
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            rows = self._rows(
-                f"SELECT {self._EX_COLS} FROM exchanges WHERE user_id = ? AND id IN ({marks})",
-                (user_id, *chunk),
-            )
-            out.extend(self._ex(r) for r in rows)
+        rows = self._rows_in(
+            f"SELECT {self._EX_COLS} FROM exchanges WHERE user_id = ? AND id IN ({{marks}})", (user_id,), ids)
+        out = [self._ex(r) for r in rows]
         out.sort(key=lambda e: e.seq)
         return out
 
@@ -319,31 +322,21 @@ class SQLiteStore(Store):
     def exchange_heads(self, user_id: str, ids: Sequence[str]) -> list[ExchangeHead]:
         # No JSON and no text: recall scores hundreds of candidates and renders a few dozen.
         out: list[ExchangeHead] = []
-        ids = list(dict.fromkeys(ids))
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            for r in self._rows(
-                "SELECT id, seq, session_id, topic_id, user_at, status, archived, "
-                f"json_extract(metadata, '$.\"{MARKS_KEY}\"') FROM exchanges "
-                f"WHERE user_id = ? AND id IN ({marks})", (user_id, *chunk),
-            ):
-                meta = {MARKS_KEY: json.loads(r[7])} if r[7] else {}
-                out.append(ExchangeHead(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), r[5],
-                                        bool(r[6]), meta))
+        for r in self._rows_in(
+            "SELECT id, seq, session_id, topic_id, user_at, status, archived, "
+            f"json_extract(metadata, '$.\"{MARKS_KEY}\"') FROM exchanges "
+            "WHERE user_id = ? AND id IN ({marks})", (user_id,), ids,
+        ):
+            meta = {MARKS_KEY: json.loads(r[7])} if r[7] else {}
+            out.append(ExchangeHead(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), r[5],
+                                    bool(r[6]), meta))
         return out
 
     def exchanges_by_seq(self, user_id: str, seqs: Sequence[int]) -> list[Exchange]:
-        seqs = sorted({int(x) for x in seqs})
-        out: list[Exchange] = []
-        for i in range(0, len(seqs), 500):
-            chunk = seqs[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            out.extend(self._ex(r) for r in self._rows(
-                f"SELECT {self._EX_COLS} FROM exchanges WHERE user_id = ? AND seq IN ({marks}) ORDER BY seq",
-                (user_id, *chunk),
-            ))
-        return out
+        rows = self._rows_in(
+            f"SELECT {self._EX_COLS} FROM exchanges WHERE user_id = ? AND seq IN ({{marks}})",
+            (user_id,), sorted({int(x) for x in seqs}))
+        return sorted((self._ex(r) for r in rows), key=lambda e: e.seq)
 
     def iter_exchanges(self, user_id: str, batch: int = 1000) -> Iterator[Exchange]:
         after = 0
@@ -451,17 +444,10 @@ class SQLiteStore(Store):
                         cache.matrix[j] = v
 
     def get_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
-        ids = list(ids)
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            for item_id, blob in self._rows(
-                f"SELECT item_id, vec FROM vectors WHERE user_id = ? AND kind = ? AND item_id IN ({marks})",
-                (user_id, kind, *chunk),
-            ):
-                out[item_id] = np.frombuffer(blob, dtype=np.float32).copy()
-        return out
+        rows = self._rows_in(
+            "SELECT item_id, vec FROM vectors WHERE user_id = ? AND kind = ? AND item_id IN ({marks})",
+            (user_id, kind), ids)
+        return {item_id: np.frombuffer(blob, dtype=np.float32).copy() for item_id, blob in rows}
 
     def _refresh(self, user_id: str, kind: str, dim: int) -> _VecCache:
         row = self._exec("SELECT del_gen FROM user_state WHERE user_id = ?", (user_id,)).fetchone()
@@ -563,16 +549,9 @@ class SQLiteStore(Store):
             )
 
     def get_term_df(self, user_id: str, terms: Sequence[str]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        terms = list(set(terms))
-        for i in range(0, len(terms), 500):
-            chunk = terms[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            for term, df in self._rows(
-                f"SELECT term, df FROM term_df WHERE user_id = ? AND term IN ({marks})", (user_id, *chunk)
-            ):
-                out[term] = int(df)
-        return out
+        rows = self._rows_in("SELECT term, df FROM term_df WHERE user_id = ? AND term IN ({marks})",
+                             (user_id,), terms)
+        return {term: int(df) for term, df in rows}
 
     # -- users and audit -------------------------------------------------------------------------
     def list_users(self) -> list[str]:
