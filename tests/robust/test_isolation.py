@@ -69,3 +69,41 @@ def test_delete_exchange_leaves_no_bytes_behind(tmp_path: Path) -> None:
     raw = _bytes(db)
     assert b"plainword" in raw
     assert b"secretmarker" not in raw
+
+
+def test_no_public_read_returns_another_users_data(tmp_path: Path) -> None:
+    """Every read of the library API, given alice's user id, answers from alice's data only;
+    bob's ids used through alice's scope are not found (not silently served)."""
+    import json as _json
+
+    import pytest
+
+    from arbormem.errors import NotFoundError
+
+    with open_memory(tmp_path / "m.db") as m:
+        _fill(m, "alice", "zebracornalice", 12)
+        bob_ids = _fill(m, "bob", "zebracornbob", 12)
+        m.consolidate("alice")
+        m.consolidate("bob")
+        bob_topic = m.get(bob_ids[0]).topic_id
+        assert bob_topic is not None
+        recalled = m.recall("zebracornbob bread bike chess", user_id="alice", max_tokens=4000).to_dict()
+        recalled.pop("trace")  # it echoes the query, which names bob's marker
+        answers = [
+            recalled,
+            [h.to_dict() for h in m.search("zebracornbob bread", user_id="alice", limit=50)],
+            [e.to_dict() for e in m.exchanges(user_id="alice")],
+            [t.to_dict() for t in m.topics(user_id="alice")],
+            m.tree(user_id="alice").to_dict(),
+            [c.to_dict() for c in m.history(bob_ids[0], user_id="alice")],
+        ]
+        blob = _json.dumps(answers, default=str, ensure_ascii=False)
+        assert "zebracornalice" in blob and "zebracornbob" not in blob
+        assert bob_topic not in blob and bob_ids[0] not in blob
+        for call in (lambda: m.topic(bob_topic, user_id="alice"),
+                     lambda: m.read(bob_topic, user_id="alice"),
+                     lambda: m.set_recall_mode(bob_topic, "both", user_id="alice"),
+                     lambda: m.topic_detail(bob_topic, user_id="alice")):
+            with pytest.raises(NotFoundError):
+                call()
+        assert m.stats(user_id="alice").completed == 12
