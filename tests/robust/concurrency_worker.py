@@ -39,7 +39,10 @@ def run(db: str, tag: str, threads: int, ops: int) -> dict[str, object]:
                                                       {"role": "assistant", "content": "ok then"}]}
                                         for k in range(rng.randint(2, 6))], user_id=user)
                     new = [e.id for e in out]
-                elif r < 0.85:
+                elif r < 0.74:
+                    mem.consolidate(user)  # the organiser's pass, beside the writers
+                    new = []
+                elif r < 0.87:
                     assert mem.recall(text, user_id=user, max_tokens=300).text
                     new = []
                 else:

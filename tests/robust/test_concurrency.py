@@ -1,5 +1,5 @@
-"""Concurrency: several processes, each with several threads, add, recall and search on one
-SQLite file at once. No write is lost, sequence numbers stay unique and gapless, no error
+"""Concurrency: several processes, each with several threads, add, consolidate, recall and
+search on one SQLite file at once. No write is lost, sequence numbers stay unique and gapless, no error
 (and so no "database is locked") reaches a caller, and ``check`` passes afterwards."""
 
 from __future__ import annotations
@@ -69,3 +69,32 @@ def test_many_processes_and_threads(tmp_path: Path) -> None:
     db = tmp_path / "shared.db"
     written = _hammer(db, processes=6, threads=4, ops=40)
     _verify(db, written)
+
+
+def test_lock_held_past_the_budget_is_a_clear_store_error(tmp_path: Path) -> None:
+    """Past the retry budget the caller gets StoreError with a plain message, never sqlite3's
+    OperationalError, and nothing is written."""
+    import sqlite3
+    import time
+
+    from arbormem import Memory
+    from arbormem.errors import StoreError
+    from arbormem.store.sqlite import SQLiteStore
+
+    db = tmp_path / "locked.db"
+    open_memory(db).close()
+    m = Memory(store=SQLiteStore(db, busy_timeout=0.3), embedder="hash")
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with m:
+            t0 = time.monotonic()
+            with pytest.raises(StoreError, match="locked"):
+                m.add([{"role": "user", "content": "blocked"}, {"role": "assistant", "content": "x"}],
+                      user_id="u")
+            assert time.monotonic() - t0 < 5
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    with open_memory(db) as m:
+        assert m.exchanges(user_id="u") == []
