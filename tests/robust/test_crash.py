@@ -118,3 +118,58 @@ def test_sigkill_during_ingest(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sigkill_during_ingest_many(tmp_path: Path) -> None:
     _run(tmp_path, int(os.environ.get("ARBORMEM_CRASH_KILLS", "120")), seed=2)
+
+
+def _transcript(db: Path) -> list[tuple[object, ...]]:
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("SELECT id, user_id, seq, status, messages, user_text, assistant_text, "
+                            "user_at, assistant_at, metadata FROM exchanges ORDER BY rid").fetchall()
+    finally:
+        conn.close()
+
+
+def test_sigkill_during_repair(tmp_path: Path) -> None:
+    """``check --repair`` killed at random moments: the transcript never changes and the
+    derived data is either the damaged state as before (rolled back) or fully repaired."""
+    import sqlite3
+
+    db = tmp_path / "repair.db"
+    words = ["orchard", "compiler", "violin", "glacier", "ledger", "saffron"]
+    with open_memory(db) as m:
+        m.add_many([{"messages": [{"role": "user", "content": f"{words[i % 6]} {words[i // 6 % 6]} {i}"},
+                                  {"role": "assistant", "content": f"reply {i}"}], "session_id": f"s{i // 50}"}
+                    for i in range(800)], user_id="u")
+    conn = sqlite3.connect(db)
+    with conn:  # damage: a third of the vectors and full-text rows gone, one leaf's size wrong
+        conn.execute("DELETE FROM vectors WHERE kind = 'exchange' AND rid % 3 = 0")
+        conn.execute("DELETE FROM exchange_fts WHERE rowid % 3 = 1")
+        conn.execute("UPDATE topics SET size = size + 1 WHERE rid = (SELECT MAX(rid) FROM topics WHERE kind = 'topic')")
+    conn.close()
+    before = _transcript(db)
+    with open_memory(db) as m:
+        damaged = {str(p) for u in check(m).users for p in u.problems}
+    assert damaged
+    rng = random.Random(7)
+    outcomes = {"rolled back": 0, "repaired": 0}
+    for _ in range(int(os.environ.get("ARBORMEM_REPAIR_KILLS", "5"))):
+        proc = subprocess.Popen([sys.executable, "-m", "arbormem.cli", "check", "--db", str(db), "--repair"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.4, 2.0))
+        proc.kill()
+        proc.wait(timeout=30)
+        assert _transcript(db) == before
+        with open_memory(db) as m:
+            now = check(m)
+        problems = {str(p) for u in now.users for p in u.problems}
+        if now.ok:
+            outcomes["repaired"] += 1
+            break
+        assert problems == damaged  # all or nothing: a half-done repair is never visible
+        outcomes["rolled back"] += 1
+    with open_memory(db) as m:
+        assert check(m, repair=True).ok
+    assert _transcript(db) == before
+    print(f"repair kills: {outcomes}")
