@@ -313,9 +313,11 @@ class Memory:
         return self.retriever.recall(uid, body, budget, n_recent, self._topic_view, planner)
 
     # -- organiser ------------------------------------------------------------------------------
-    def organize(self, user_id: str, *, limit: int = 50) -> EnrichReport:
+    def organize(self, user_id: str, *, limit: int = 50, segment: bool = False) -> EnrichReport:
         """Label and summarise up to ``limit`` frozen topics through the LLM (none offline).
 
+        With ``segment=True`` the LLM first re-segments the recent open tail (Topic Memory's
+        topic worker, incremental and bounded: ``organize/segment.py``).
         Runs outside the write path: the LLM is called with no lock held, and a topic's labels
         change only when the model's answer passed validation (see ``organize/enrich.py``)."""
         uid = v.user_id(user_id)
@@ -323,7 +325,13 @@ class Memory:
             raise ValidationError("limit must be a non-negative integer")
         if self.llm is None:
             return EnrichReport(user_id=uid, candidates=0, labelled=0, failed=0, skipped=0, llm_calls=0)
-        return organize_labels(self.store, self.llm, uid, self.settings.tree, limit=limit)
+        seg = None
+        if segment:
+            from .organize.segment import segment_tail
+
+            seg = segment_tail(self.store, self.llm, uid, self.settings.tree)
+        report = organize_labels(self.store, self.llm, uid, self.settings.tree, limit=limit)
+        return dataclasses.replace(report, segmented=seg)
 
     def topic_detail(self, topic_id: str, *, user_id: str) -> str | None:
         """A topic's detailed summary (tier 2): made by the LLM on first request and cached

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..config import TreeSettings
 from ..llm.prompts import Budget, TopicCard, Turn
@@ -35,6 +36,9 @@ from ..llm.runner import LLMRunner
 from ..models import Exchange
 from ..store.base import Store, TopicRecord
 from .tree import TreeSession
+
+if TYPE_CHECKING:
+    from .segment import SegmentReport
 
 #: Set in ``TopicRecord.meta`` when the labels came from the LLM.
 LABEL_SOURCE = "label_source"
@@ -53,9 +57,13 @@ class EnrichReport:
     skipped: int
     llm_calls: int
     stopped_early: bool = False
+    #: The tail re-segmentation run first, when asked for (``organize(..., segment=True)``).
+    segmented: SegmentReport | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        out["segmented"] = dict(self.segmented.__dict__) if self.segmented is not None else None
+        return out
 
 
 def to_turns(exchanges: Iterable[Exchange]) -> list[Turn]:

@@ -22,6 +22,7 @@ it caches the nodes it reads and writes dirty ones (row, centroid, text index) o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import uuid
 from collections import Counter
@@ -238,6 +239,31 @@ class TreeSession:
             self._deleted.add(node.id)
             self._dirty.discard(node.id)
             self._nodes.pop(node.id, None)
+
+    def move(self, ex: Exchange, vec: np.ndarray | None, counts: Mapping[str, int], target: TopicRecord) -> None:
+        """Move a completed exchange to another leaf (re-segmentation), keeping every
+        aggregate on both paths right; an emptied leaf is removed."""
+        if vec is None or ex.topic_id == target.id:
+            return
+        moved = dataclasses.replace(ex, topic_id=target.id)
+        self.store.update_exchange(moved)
+        self._add_to(target, moved, vec, counts)
+        self.remove(ex, vec, counts)
+
+    def new_leaf_beside(self, topic_id: str | None, seq: int) -> TopicRecord:
+        """A new leaf under the same theme as ``topic_id`` (fan-out kept bounded)."""
+        near = self.get(topic_id) if topic_id else None
+        parent = self.get(near.parent_id) if near is not None and near.parent_id else None
+        if parent is None:
+            parent = self._create("theme", self.root, seq)
+        leaf = self._create("topic", parent, seq)
+        for node in self.ancestors(leaf):
+            self._bound_fanout(node, seq)
+        return leaf
+
+    def touch(self, node: TopicRecord) -> None:
+        """Mark a node for writing at ``flush``."""
+        self._dirty.add(node.id)
 
     def _recompute_span(self, leaf: TopicRecord) -> None:
         members = [e for e in self.store.list_exchanges(self.user_id, topic_id=leaf.id) if e.status == "completed"]

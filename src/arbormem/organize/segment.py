@@ -1,0 +1,109 @@
+"""LLM re-segmentation of the open tail (Topic Memory's topic worker, made incremental).
+
+Offline placement decides each exchange's topic the moment it completes. When an LLM is
+configured, ``Memory.organize(..., segment=True)`` lets it revise that for the *recent* tail:
+
+* only exchanges after ``root.meta["segmented_through"]`` are sent, at most ``window`` of
+  them, and only once ``min_new`` have arrived, so the prompt never grows with history;
+* the answer is validated all-or-nothing (``llm.roles.check_segmentation``): spans cover the
+  tail exactly, ``finalized`` only with enough exchanges after it;
+* spans are mapped to the tail's existing topics by overlap (``stable_assignment``), so
+  topic ids stay stable; only exchanges whose topic differs are moved;
+* ``finalized`` spans are frozen and never sent again (``segmented_through`` advances past
+  them); ``open``/``provisional`` ones are revisited next run;
+* the LLM is called with no lock held; the moves happen in one transaction, and are skipped
+  if the tail changed meanwhile. Any failure leaves the tree exactly as placement made it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import TreeSettings
+from ..llm import roles
+from ..llm.runner import LLMRunner
+from ..store.base import Store
+from ..text import term_counts
+from .enrich import to_turns
+from .tree import TreeSession
+
+
+@dataclass(frozen=True)
+class SegmentReport:
+    """What one re-segmentation run did."""
+
+    user_id: str
+    tail: int
+    spans: int
+    moved: int
+    created: int
+    finalized_through: int
+    llm_calls: int
+    applied: bool
+
+
+def segment_tail(store: Store, runner: LLMRunner, user_id: str, settings: TreeSettings, *,
+                 window: int = 24, min_new: int = 6, min_follow: int = 4) -> SegmentReport:
+    """Let the LLM re-segment the user's open tail; see the module docstring."""
+    calls0 = runner.total_calls
+    roots = store.list_topics(user_id, parent_id=None)
+    through = int(roots[0].meta.get("segmented_through", 0)) if roots else 0
+    tail = [e for e in store.list_exchanges(user_id, status="completed", after_seq=through, limit=window)
+            if not e.archived]
+
+    def report(spans: int = 0, moved: int = 0, created: int = 0, done: int = through,
+               applied: bool = False) -> SegmentReport:
+        return SegmentReport(user_id, len(tail), spans, moved, created, done,
+                             runner.total_calls - calls0, applied)
+
+    if len(tail) < min_new:
+        return report()
+    seg = roles.segment(runner, to_turns(tail), max_turns=window, min_follow=min_follow)
+    if seg is None:  # failure recorded in the runner's log; placement stands
+        return report()
+    with store.transaction(user_id):
+        fresh = {e.seq: e for e in store.exchanges_by_seq(user_id, [e.seq for e in tail])}
+        if any(fresh.get(e.seq) is None or fresh[e.seq].topic_id != e.topic_id for e in tail):
+            return report(spans=len(seg.topics))  # the tail changed while the model thought
+        tree = TreeSession(store, user_id, settings)
+        existing: dict[str, tuple[int, int]] = {}
+        for e in tail:
+            if e.topic_id:
+                lo, hi = existing.get(e.topic_id, (e.seq, e.seq))
+                existing[e.topic_id] = (min(lo, e.seq), max(hi, e.seq))
+        assignment = roles.stable_assignment(seg, [(t, lo, hi) for t, (lo, hi) in existing.items()])
+        vecs = store.get_vectors(user_id, "exchange", [e.id for e in tail])
+        moved = created = 0
+        done = through
+        last_target = None
+        for topic_id, span in assignment:
+            members = [e for e in tail if span.start_seq <= e.seq <= span.end_seq]
+            if not members:
+                continue
+            target = tree.get(topic_id) if topic_id else None
+            if target is None:
+                target = tree.new_leaf_beside(members[0].topic_id, members[0].seq)
+                created += 1
+            for e in members:
+                if e.topic_id != target.id:
+                    tree.move(e, vecs.get(e.id), term_counts(e.text), target)
+                    moved += 1
+            target.meta["segment_status"] = span.status
+            if span.status == "finalized":
+                tree.freeze(target)
+                done = max(done, span.end_seq)
+            else:  # the model says the conversation may still come back to it
+                target.frozen = False
+                tree.touch(target)
+            last_target = target
+        if last_target is not None and not last_target.frozen:
+            tree.root.meta["current"] = last_target.id
+        tree.root.meta["segmented_through"] = done
+        tree.touch(tree.root)
+        tree.flush()
+        if moved or created:
+            store.log_change(user_id, "segment", tree.root.id, {
+                "spans": [(s.start_seq, s.end_seq, s.status) for s in seg.topics],
+                "moved": moved, "created": created, "through": done,
+            })
+    return report(len(seg.topics), moved, created, done, True)
