@@ -157,7 +157,7 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
             bad("tree", tid, f"{t['kind']} node with parent {t['parent']}")
         if t["parent"] is not None and t["parent"] not in topics:
             bad("tree", tid, f"parent {t['parent']} does not exist for this user")
-        if len(kids.get(tid, ())) > max_children and t["kind"] != "root":
+        if len(kids.get(tid, ())) > max_children:
             bad("tree", tid, f"fan-out {len(kids[tid])} > max_children {max_children}")
         if t["kind"] == "topic":
             seqs = members.get(tid, [])
