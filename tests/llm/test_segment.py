@@ -88,3 +88,28 @@ def test_bad_segmentation_leaves_placement_untouched(server: ScriptedOpenAIServe
             assert [(e.id, e.topic_id) for e in mem.exchanges(user_id="u")] == before
             assert mem.tree(user_id="u") == tree_before
             assert mem.llm_log(failures_only=True)
+
+
+def test_a_span_needing_a_new_topic_is_placed_by_the_router(server: ScriptedOpenAIServer) -> None:
+    def responder(body: dict[str, Any]) -> Any:
+        prompt = " ".join(str(m.get("content")) for m in body["messages"])
+        if "continue_current" in prompt:
+            return answer_json({"continue_current": False, "new_topic_title": "Bicycles", "parent_index": 0})
+        return answer_json(SEGMENTS)
+
+    server.responder = responder
+    s = Settings()
+    s.tree.continue_threshold = -1.0  # offline placement keeps the whole session in one topic
+    client = OpenAICompatibleLLM(server.url, "test-model", timeout=2.0, max_retries=0, backoff=0.01)
+    with Memory(":memory:", embedder=HashEmbedder(), llm=client, settings=s) as mem:
+        add_all(mem)
+        assert len(leaves(mem)) == 1
+        theme = mem.topic(mem.exchanges(user_id="u")[0].topic_id, user_id="u").parent_id
+        seg = mem.organize("u", segment=True, limit=0).segmented
+        assert seg is not None and seg.applied and seg.created == 1 and seg.moved == 4
+        exs = mem.exchanges(user_id="u")
+        bike = mem.topic(exs[4].topic_id, user_id="u")
+        assert bike.id != exs[0].topic_id and bike.parent_id == theme and bike.size == 4
+        assert sum(1 for r in server.requests if "continue_current" in str(r.body)) == 1
+        depths = {t.depth for t in leaves(mem)}
+        assert len(depths) == 1  # the tree stays balanced

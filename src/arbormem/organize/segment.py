@@ -9,6 +9,8 @@ configured, ``Memory.organize(..., segment=True)`` lets it revise that for the *
   tail exactly, ``finalized`` only with enough exchanges after it;
 * spans are mapped to the tail's existing topics by overlap (``stable_assignment``), so
   topic ids stay stable; only exchanges whose topic differs are moved;
+* a span that needs a new topic asks the router (TRACE's classifier) which of the tail's
+  bottom-level themes it belongs under;
 * ``finalized`` spans are frozen and never sent again (``segmented_through`` advances past
   them); ``open``/``provisional`` ones are revisited next run;
 * the LLM is called with no lock held; the moves happen in one transaction, and are skipped
@@ -22,9 +24,10 @@ from dataclasses import dataclass
 from ..config import TreeSettings
 from ..llm import roles
 from ..llm.runner import LLMRunner
-from ..store.base import Store
+from ..models import Exchange
+from ..store.base import Store, TopicRecord
 from ..text import term_counts
-from .enrich import to_turns
+from .enrich import to_card, to_turns
 from .tree import TreeSession
 
 
@@ -61,6 +64,7 @@ def segment_tail(store: Store, runner: LLMRunner, user_id: str, settings: TreeSe
     seg = roles.segment(runner, to_turns(tail), max_turns=window, min_follow=min_follow)
     if seg is None:  # failure recorded in the runner's log; placement stands
         return report()
+    routes = _route_new_spans(store, runner, user_id, tail, seg)
     with store.transaction(user_id):
         fresh = {e.seq: e for e in store.exchanges_by_seq(user_id, [e.seq for e in tail])}
         if any(fresh.get(e.seq) is None or fresh[e.seq].topic_id != e.topic_id for e in tail):
@@ -82,7 +86,8 @@ def segment_tail(store: Store, runner: LLMRunner, user_id: str, settings: TreeSe
                 continue
             target = tree.get(topic_id) if topic_id else None
             if target is None:
-                target = tree.new_leaf_beside(members[0].topic_id, members[0].seq)
+                parent_id = routes.get(span.start_seq)
+                target = tree.new_leaf_beside(members[0].topic_id, members[0].seq, under=parent_id)
                 created += 1
             for e in members:
                 if e.topic_id != target.id:
@@ -107,3 +112,47 @@ def segment_tail(store: Store, runner: LLMRunner, user_id: str, settings: TreeSe
                 "moved": moved, "created": created, "through": done,
             })
     return report(len(seg.topics), moved, created, done, True)
+
+
+def _route_new_spans(store: Store, runner: LLMRunner, user_id: str, tail: list[Exchange],
+                     seg: roles.Segmentation) -> dict[int, str]:
+    """Ask the router (TRACE's classifier) where each span that needs a new topic belongs.
+
+    Runs before the write transaction (no lock held during LLM calls). The choices are the
+    bottom-level themes that hold the tail's topics, so a new topic keeps the tree balanced
+    (every topic at the same depth). Returns {span start: chosen theme id}; a span the router
+    could not place (or any failure) gets the theme of the topic it starts beside.
+    """
+    existing: dict[str, tuple[int, int]] = {}
+    for e in tail:
+        if e.topic_id:
+            lo, hi = existing.get(e.topic_id, (e.seq, e.seq))
+            existing[e.topic_id] = (min(lo, e.seq), max(hi, e.seq))
+    pending = [span for tid, span in roles.stable_assignment(seg, [(t, a, b) for t, (a, b) in existing.items()])
+               if tid is None]
+    if not pending:
+        return {}
+    themes: list[TopicRecord] = []
+    for e in reversed(tail):
+        leaf = store.get_topic(e.topic_id) if e.topic_id else None
+        parent = store.get_topic(leaf.parent_id) if leaf is not None and leaf.parent_id else None
+        if parent is not None and parent.kind == "theme" and all(t.id != parent.id for t in themes):
+            themes.append(parent)
+        if len(themes) >= 4:
+            break
+    if not themes:
+        return {}
+    cards = [to_card(t) for t in themes]
+    by_seq = {e.seq: e for e in tail}
+    out: dict[int, str] = {}
+    for span in pending:
+        first = by_seq.get(span.start_seq)
+        if first is None:
+            continue
+        before = [e for e in tail if e.seq < span.start_seq][-6:]
+        prev = store.get_topic(before[-1].topic_id) if before and before[-1].topic_id else None
+        decision = roles.route(runner, to_card(prev) if prev is not None else None, cards,
+                               to_turns(before), to_turns([first])[0])
+        if decision is not None and not decision.continue_current and decision.parent_index is not None:
+            out[span.start_seq] = cards[decision.parent_index].id
+    return out

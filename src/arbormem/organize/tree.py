@@ -250,10 +250,16 @@ class TreeSession:
         self._add_to(target, moved, vec, counts)
         self.remove(ex, vec, counts)
 
-    def new_leaf_beside(self, topic_id: str | None, seq: int) -> TopicRecord:
-        """A new leaf under the same theme as ``topic_id`` (fan-out kept bounded)."""
+    def new_leaf_beside(self, topic_id: str | None, seq: int, under: str | None = None) -> TopicRecord:
+        """A new leaf under theme ``under`` when that is a bottom-level theme of this user, else
+        under the same theme as ``topic_id`` (fan-out kept bounded)."""
+        parent = self.get(under) if under else None
+        if parent is not None and (parent.kind != "theme"
+                                   or any(c.kind != "topic" for c in self.children(parent))):
+            parent = None  # only bottom-level themes keep every topic at the same depth
         near = self.get(topic_id) if topic_id else None
-        parent = self.get(near.parent_id) if near is not None and near.parent_id else None
+        if parent is None:
+            parent = self.get(near.parent_id) if near is not None and near.parent_id else None
         if parent is None:
             parent = self._create("theme", self.root, seq)
         leaf = self._create("topic", parent, seq)
