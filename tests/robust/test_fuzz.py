@@ -181,3 +181,56 @@ def test_garbage_embedder_on_a_fresh_memory_binds_nothing(tmp_path: Path, mode: 
             m.add(turn("first ever message", "reply"), user_id="u")
     with open_memory(db) as m:
         assert m.add(turn("works with the real embedder", "yes"), user_id="u").status == "completed"
+
+
+# -- garbage from the LLM -------------------------------------------------------------------
+llm_garbage = st.one_of(
+    nasty_text,
+    st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), nasty_text),
+                 lambda kids: st.one_of(st.lists(kids, max_size=4),
+                                        st.dictionaries(st.sampled_from(
+                                            ["title", "keywords", "summary", "topics", "detail",
+                                             "labels", "id", "same", "verdict", "reason"]), kids,
+                                            max_size=5)),
+                 max_leaves=12).map(lambda obj: json.dumps(obj)),
+    st.sampled_from(['{"title": "x", "keywords": [', "```json\n{]\n```", "<think>", "null"]),
+)
+
+
+@pytest.fixture(scope="module")
+def llm_server():
+    from tests.support.openai_server import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer() as srv:
+        yield srv
+
+
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(reply=llm_garbage)
+def test_llm_garbage_never_reaches_the_store(tmp_path_factory: pytest.TempPathFactory,
+                                             llm_server: Any, reply: str) -> None:
+    """Whatever the model answers, organising, consolidating and recalling fall back or
+    succeed; the transcript is unchanged and the tree still agrees with it."""
+    from arbormem.check import check
+    from arbormem.llm import OpenAICompatibleLLM
+    from tests.support.openai_server import answer
+
+    llm_server.reset()
+    llm_server.responder = lambda _request: answer(reply)
+    db = tmp_path_factory.mktemp("llm") / "m.db"
+    with open_memory(db) as m:
+        for i in range(12):
+            m.add(turn(f"{['kayak', 'tax', 'jazz'][i // 4]} question {i}", f"answer {i}"), user_id="u",
+                  session_id=f"s{i // 4}")
+        transcript = [(e.id, e.messages) for e in m.exchanges(user_id="u")]
+    client = OpenAICompatibleLLM(llm_server.url, "test-model", timeout=2.0, max_retries=0, backoff=0.01)
+    with Memory(str(db), embedder="hash", llm=client) as m:
+        m.organize("u")
+        m.consolidate("u")
+        assert m.recall("kayak question", user_id="u", max_tokens=500).text.startswith("<memory-context>")
+        assert [(e.id, e.messages) for e in m.exchanges(user_id="u")] == transcript
+        report = check(m)
+        assert report.ok, [str(p) for u in report.users for p in u.problems]
+    client.close()
+    assert llm_server.chat_requests, "the model was never asked"
