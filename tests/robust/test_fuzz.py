@@ -234,3 +234,26 @@ def test_llm_garbage_never_reaches_the_store(tmp_path_factory: pytest.TempPathFa
         assert report.ok, [str(p) for u in report.users for p in u.problems]
     client.close()
     assert llm_server.chat_requests, "the model was never asked"
+
+
+def test_cli_import_of_a_broken_file_imports_nothing(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from arbormem.cli import main
+
+    db = tmp_path / "m.db"
+    with open_memory(db) as m:
+        m.add(turn("already here", "yes"), user_id="u")
+    before = digest(db)
+    runner = CliRunner()
+    for name, body, line in [
+        ("syntax.jsonl", f"{GOOD}\n{GOOD}\n{{\"messages\": [}}\n{GOOD}\n", 3),
+        ("schema.jsonl", f"{GOOD}\n" + json.dumps({"messages": [{"role": "robot", "content": "x"}]}) + "\n", 2),
+    ]:
+        path = tmp_path / name
+        path.write_text(body, encoding="utf-8")
+        out = runner.invoke(main, ["import", str(path), "--db", str(db), "--user", "u",
+                                   "--embedder", "hash"])
+        assert out.exit_code == 2, out.output
+        assert f"line {line}" in out.output or f"item {line - 1}" in out.output, out.output
+        assert digest(db) == before
