@@ -179,7 +179,10 @@ def read_import_file(path: Path) -> list[dict[str, Any]]:
         raise ImportFormatError("not valid UTF-8", line=line) from exc
     if path.suffix == ".jsonl":
         items = []
-        for n, line_text in enumerate(text.splitlines(), 1):
+        # Lines end at "\n" only: str.splitlines() also breaks at form feeds, U+2028 and other
+        # separators that JSON allows raw inside strings, which split valid lines in two and
+        # shifted every reported line number.
+        for n, line_text in enumerate(text.split("\n"), 1):
             if not line_text.strip():
                 continue
             try:

@@ -257,3 +257,19 @@ def test_cli_import_of_a_broken_file_imports_nothing(tmp_path: Path) -> None:
         assert out.exit_code == 2, out.output
         assert f"line {line}" in out.output or f"item {line - 1}" in out.output, out.output
         assert digest(db) == before
+
+
+def test_jsonl_lines_end_at_newline_only(tmp_path: Path) -> None:
+    # JSON allows U+2028 and form feeds raw inside strings; str.splitlines() broke such a line
+    # in two, so a valid file failed to import and line numbers shifted.
+    path = tmp_path / "odd.jsonl"
+    odd = json.dumps({"messages": turn("one\u2028two\x0cthree\x1cfour\x85five", "ok")}, ensure_ascii=False)
+    path.write_text(f"{odd}\r\n{GOOD}\n\n{{broken\n", encoding="utf-8")
+    with pytest.raises(ImportFormatError) as info:
+        read_import_file(path)
+    assert info.value.line == 4
+    path.write_text(f"{odd}\r\n{GOOD}\n", encoding="utf-8")
+    items = read_import_file(path)
+    assert items[0]["messages"][0]["content"] == "one\u2028two\x0cthree\x1cfour\x85five"
+    with open_memory(tmp_path / "m.db") as m:
+        assert len(m.add_many(items, user_id="u")) == 2
