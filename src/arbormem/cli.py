@@ -274,10 +274,11 @@ def stats(db: str | None, user_id: str, as_json: bool) -> None:
 def _register_optional() -> None:
     """Attach command groups that live with their subsystems (kept import-light)."""
     try:
-        from .eval.cli import bench_command, eval_group
+        from .eval.cli import bench_command, bench_threads_command, eval_group
 
         main.add_command(eval_group, "eval")
         main.add_command(bench_command, "bench")
+        main.add_command(bench_threads_command, "bench-threads")
     except ImportError:
         pass
     try:

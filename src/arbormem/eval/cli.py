@@ -207,3 +207,16 @@ def main() -> None:
 main.add_command(locomo_command, "locomo")
 main.add_command(show_command, "show")
 main.add_command(bench_command, "bench")
+
+
+@click.command("bench-threads")
+@click.option("--queries", default=60, show_default=True, type=click.IntRange(min=5),
+              help="Single-query encodes timed per setting.")
+def bench_threads_command(queries: int) -> None:
+    """Single-query embedding latency with 1 and 2 torch threads, idle and with the other core busy."""
+    from .threads import markdown, run_all
+
+    click.echo(markdown(run_all(queries)))
+
+
+main.add_command(bench_threads_command, "bench-threads")
