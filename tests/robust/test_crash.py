@@ -3,7 +3,7 @@ moments, many times over one file; after every kill the memory reopens with ever
 whose write call returned present, completed and searchable, and ``check`` passes with no
 repair (nothing half-written is visible).
 
-Kill counts: ``ARBORMEM_CRASH_KILLS`` (default 24; the slow test runs 120; see
+Kill counts: ``ARBORMEM_CRASH_KILLS`` (default 24; the slow test runs 200; see
 docs/robustness.md for the long mode).
 """
 
@@ -117,7 +117,7 @@ def test_sigkill_during_ingest(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_sigkill_during_ingest_many(tmp_path: Path) -> None:
-    _run(tmp_path, int(os.environ.get("ARBORMEM_CRASH_KILLS", "120")), seed=2)
+    _run(tmp_path, int(os.environ.get("ARBORMEM_CRASH_KILLS", "200")), seed=2)
 
 
 def _transcript(db: Path) -> list[tuple[object, ...]]:
