@@ -88,7 +88,11 @@ def test_explorer_tree_topic_search_and_recall(server: LiveServer, page: Any, tm
     # A topic's summary, detail and verbatim exchanges.
     first.locator(":scope > .label").click()
     page.wait_for_selector("#topic-exchanges li")
-    assert page.text_content("#topic-title").strip() == first.locator(".title").text_content().strip()
+    # The topic pane fills asynchronously after the click: wait for it, then compare.
+    expected = first.locator(".title").text_content().strip()
+    page.wait_for_function(
+        "t => document.querySelector('#topic-title').textContent.trim() === t", arg=expected)
+    assert page.text_content("#topic-title").strip() == expected
     assert page.locator("#topic-exchanges li").count() >= 1
     assert page.text_content("#topic-detail-src") == "(extractive)"
     page.click("#topic-packet-box summary")

@@ -49,6 +49,13 @@ def rrf(ranked: list[tuple[str, float]], weight: float = 1.0) -> dict[str, float
     return {item: weight / (RRF_K + rank + 1) for rank, (item, _) in enumerate(ranked)}
 
 
+def _seq(exchanges: Mapping[str, Exchange | ExchangeHead], ex_id: str) -> int:
+    """Tie-break key: equal scores rank in conversation order. (Ids are random, so ordering
+    ties by id made recall differ between identical runs.)"""
+    ex = exchanges.get(ex_id)
+    return ex.seq if ex is not None else 0
+
+
 def _standardise(ranked: list[tuple[str, float]]) -> tuple[dict[str, float], float]:
     """z-scores of a truncated result list, and the floor for items not in it (its minimum)."""
     if not ranked:
@@ -117,7 +124,7 @@ class Retriever:
         # question that matched), so each exchange gains beta x its best neighbour's score.
         if self.s.neighbour_weight > 0:
             by_seq = {(ex.session_id, ex.seq): i for i, ex in exchanges.items()}
-            strongest = sorted(fused, key=lambda i: (-fused[i], i))[: self.s.neighbours]
+            strongest = sorted(fused, key=lambda i: (-fused[i], _seq(exchanges, i)))[: self.s.neighbours]
             want = sorted({exchanges[i].seq + d for i in strongest if i in exchanges for d in (-1, 1)}
                           - {s for (_, s) in by_seq})
             for nb in self.store.exchanges_by_seq(user_id, want):
@@ -173,7 +180,7 @@ class Retriever:
         qvec = self.embedder.embed_one(query)
         timings: dict[str, float] = {}
         cands, _, exchanges = self._score(user_id, q, qvec, max(limit * 3, self.s.candidates), timings)
-        ranked = sorted(cands.values(), key=lambda c: (-c.score, c.ex_id))[:limit]
+        ranked = sorted(cands.values(), key=lambda c: (-c.score, _seq(exchanges, c.ex_id)))[:limit]
         full = self._full(user_id, exchanges, [c.ex_id for c in ranked])
         paths = self._paths(user_id, {t for c in ranked if (t := full[c.ex_id].topic_id)})
         return [
@@ -273,7 +280,7 @@ class Retriever:
         used += recent_used
 
         cap_per_topic = max(1, int(budget * self.s.topic_share))
-        ranked = sorted(cands.values(), key=lambda c: (-c.score, c.ex_id))
+        ranked = sorted(cands.values(), key=lambda c: (-c.score, _seq(exchanges, c.ex_id)))
         # Whole exchanges are fetched in batches down the ranking, only as far as packing gets.
         full: dict[str, Exchange] = {}
         batch = 48
