@@ -64,18 +64,14 @@ def segment_tail(store: Store, runner: LLMRunner, user_id: str, settings: TreeSe
     seg = roles.segment(runner, to_turns(tail), max_turns=window, min_follow=min_follow)
     if seg is None:  # failure recorded in the runner's log; placement stands
         return report()
-    routes = _route_new_spans(store, runner, user_id, tail, seg)
+    # Mapped once: the transaction below goes ahead only if the tail's topics are unchanged.
+    assignment = roles.stable_assignment(seg, _tail_spans(tail))
+    routes = _route_new_spans(store, runner, user_id, tail, [s for t, s in assignment if t is None])
     with store.transaction(user_id):
         fresh = {e.seq: e for e in store.exchanges_by_seq(user_id, [e.seq for e in tail])}
         if any(fresh.get(e.seq) is None or fresh[e.seq].topic_id != e.topic_id for e in tail):
             return report(spans=len(seg.topics))  # the tail changed while the model thought
         tree = TreeSession(store, user_id, settings)
-        existing: dict[str, tuple[int, int]] = {}
-        for e in tail:
-            if e.topic_id:
-                lo, hi = existing.get(e.topic_id, (e.seq, e.seq))
-                existing[e.topic_id] = (min(lo, e.seq), max(hi, e.seq))
-        assignment = roles.stable_assignment(seg, [(t, lo, hi) for t, (lo, hi) in existing.items()])
         vecs = store.get_vectors(user_id, "exchange", [e.id for e in tail])
         moved = created = 0
         done = through
@@ -114,8 +110,18 @@ def segment_tail(store: Store, runner: LLMRunner, user_id: str, settings: TreeSe
     return report(len(seg.topics), moved, created, done, True)
 
 
+def _tail_spans(tail: list[Exchange]) -> list[tuple[str, int, int]]:
+    """(topic id, first seq, last seq) of each topic among the tail's exchanges."""
+    spans: dict[str, tuple[int, int]] = {}
+    for e in tail:
+        if e.topic_id:
+            lo, hi = spans.get(e.topic_id, (e.seq, e.seq))
+            spans[e.topic_id] = (min(lo, e.seq), max(hi, e.seq))
+    return [(t, lo, hi) for t, (lo, hi) in spans.items()]
+
+
 def _route_new_spans(store: Store, runner: LLMRunner, user_id: str, tail: list[Exchange],
-                     seg: roles.Segmentation) -> dict[int, str]:
+                     pending: list[roles.Segment]) -> dict[int, str]:
     """Ask the router (TRACE's classifier) where each span that needs a new topic belongs.
 
     Runs before the write transaction (no lock held during LLM calls). The choices are the
@@ -123,13 +129,6 @@ def _route_new_spans(store: Store, runner: LLMRunner, user_id: str, tail: list[E
     (every topic at the same depth). Returns {span start: chosen theme id}; a span the router
     could not place (or any failure) gets the theme of the topic it starts beside.
     """
-    existing: dict[str, tuple[int, int]] = {}
-    for e in tail:
-        if e.topic_id:
-            lo, hi = existing.get(e.topic_id, (e.seq, e.seq))
-            existing[e.topic_id] = (min(lo, e.seq), max(hi, e.seq))
-    pending = [span for tid, span in roles.stable_assignment(seg, [(t, a, b) for t, (a, b) in existing.items()])
-               if tid is None]
     if not pending:
         return {}
     themes: list[TopicRecord] = []
