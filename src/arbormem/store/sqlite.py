@@ -291,9 +291,12 @@ class SQLiteStore(Store):
         row = self._exec(f"SELECT {self._EX_COLS} FROM exchanges WHERE id = ?", (exchange_id,)).fetchone()
         return self._ex(row) if row else None
 
+    # "+user_id" keeps the planner off the (user_id, seq) index: with it SQLite walked every
+    # row of the user and filtered by id (10k rows per recall at 10k exchanges, ~25 ms);
+    # without it each id is one primary-key lookup. The user check still filters.
     def get_exchanges(self, user_id: str, ids: Sequence[str]) -> list[Exchange]:
         rows = self._rows_in(
-            f"SELECT {self._EX_COLS} FROM exchanges WHERE user_id = ? AND id IN ({{marks}})", (user_id,), ids)
+            f"SELECT {self._EX_COLS} FROM exchanges WHERE +user_id = ? AND id IN ({{marks}})", (user_id,), ids)
         out = [self._ex(r) for r in rows]
         out.sort(key=lambda e: e.seq)
         return out
@@ -325,7 +328,7 @@ class SQLiteStore(Store):
         for r in self._rows_in(
             "SELECT id, seq, session_id, topic_id, user_at, status, archived, "
             f"json_extract(metadata, '$.\"{MARKS_KEY}\"') FROM exchanges "
-            "WHERE user_id = ? AND id IN ({marks})", (user_id,), ids,
+            "WHERE +user_id = ? AND id IN ({marks})", (user_id,), ids,
         ):
             meta = {MARKS_KEY: json.loads(r[7])} if r[7] else {}
             out.append(ExchangeHead(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), r[5],
@@ -493,7 +496,10 @@ class SQLiteStore(Store):
         n = cache.n
         if n == 0 or k <= 0:
             return []
-        scores = cache.matrix[:n] @ query
+        # einsum, not ``@``: a matrix-vector product through OpenBLAS fans out to every core,
+        # and on a busy 2-core machine its spinning threads took 10 ms for 10k x 384 where
+        # one thread takes 0.6 ms (the same trap as torch's threads; BENCHMARKS.md).
+        scores = np.einsum("ij,j->i", cache.matrix[:n], query)
         if k < n:
             top = np.argpartition(-scores, k)[:k]
         else:
