@@ -525,9 +525,11 @@ class SQLiteStore(Store):
         if not terms or k <= 0:
             return []
         table = _FTS[kind]
+        # Rank inside FTS5 first, then join only the k winners to their ids: joining before
+        # the LIMIT looked up every matching row (thousands for a common word).
         rows = self._rows(
-            f"SELECT r.id, bm25({table}, 0.0, 1.0) AS s FROM {table} JOIN {_ROWS[kind]} r "
-            f"ON r.rid = {table}.rowid WHERE {table} MATCH ? ORDER BY s LIMIT ?",
+            f"SELECT r.id, f.s FROM (SELECT rowid AS rid, bm25({table}, 0.0, 1.0) AS s FROM {table} "
+            f"WHERE {table} MATCH ? ORDER BY s LIMIT ?) f JOIN {_ROWS[kind]} r ON r.rid = f.rid ORDER BY f.s",
             (_fts_query(_uid_token(user_id), terms), int(k)),
         )
         # FTS5's bm25() is negative (smaller = better); flip it so higher = better.
