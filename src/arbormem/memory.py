@@ -310,7 +310,10 @@ class Memory:
             raise ValidationError("recent must be a non-negative integer")
         self._check_embedder()
         planner = RecallPlanner(self.llm) if self.llm is not None and use_llm else None
-        return self.retriever.recall(uid, body, budget, n_recent, self._topic_view, planner)
+        # One recall shows a few topics that share ancestors: look each node up once.
+        seen: dict[str, TopicRecord | None] = {}
+        return self.retriever.recall(uid, body, budget, n_recent,
+                                     lambda u, t: self._topic_view(u, t, seen), planner)
 
     # -- organiser ------------------------------------------------------------------------------
     def organize(self, user_id: str, *, limit: int = 50, segment: bool = False) -> EnrichReport:
@@ -451,8 +454,17 @@ class Memory:
             root_rec = TopicRecord(id=f"root:{uid}", user_id=uid, kind="root", parent_id=None)
         return build(root_rec, 0, ())
 
-    def _topic_view(self, user_id: str, topic_id: str) -> Topic | None:
-        rec = self.store.get_topic(topic_id)
+    def _topic_view(self, user_id: str, topic_id: str,
+                    seen: dict[str, TopicRecord | None] | None = None) -> Topic | None:
+        """The topic with its path of titles; ``seen`` memoises node lookups across calls."""
+        seen = {} if seen is None else seen
+
+        def get(tid: str) -> TopicRecord | None:
+            if tid not in seen:
+                seen[tid] = self.store.get_topic(tid)
+            return seen[tid]
+
+        rec = get(topic_id)
         if rec is None or rec.user_id != user_id:
             return None
         path: list[str] = []
@@ -461,7 +473,7 @@ class Memory:
         while node is not None and node.kind != "root":
             path.append(node.title)
             depth += 1
-            node = self.store.get_topic(node.parent_id) if node.parent_id else None
+            node = get(node.parent_id) if node.parent_id else None
         return _topic(rec, depth, tuple(reversed(path)), ())
 
     def stats(self, *, user_id: str) -> Stats:
