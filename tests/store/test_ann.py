@@ -25,11 +25,16 @@ class Owner:  # stands in for SQLiteStore's _VecCache
     pass
 
 
+def keys_of(n: int, start: int = 1) -> np.ndarray:
+    # rowids: increasing, not starting at 0, with gaps (other partitions' rows)
+    return np.arange(start, start + 3 * n, 3, dtype=np.int64)
+
+
 def test_recall_at_10_matches_exact_search() -> None:
     data = clustered(5_000)
     queries = clustered(100, draw=1)
     mirror = AnnMirror(384)
-    mirror.sync(Owner(), data, len(data))
+    mirror.sync(Owner(), keys_of(5_000), data, len(data))
     exact = np.argsort(-(queries @ data.T), axis=1)[:, :10]
     recall = np.mean([
         len({r for r, _ in mirror.search(q, 10)} & set(e.tolist())) / 10
@@ -43,43 +48,63 @@ def test_recall_at_10_matches_exact_search() -> None:
         assert score == pytest.approx(float(data[row] @ queries[0]), abs=1e-5)
 
 
-def test_mirror_follows_growth_patches_and_rebuilds() -> None:
+def test_mirror_follows_growth_patches_and_rebuilt_caches() -> None:
     data = clustered(300, dim=32)
+    keys = keys_of(300)
     owner = Owner()
     mirror = AnnMirror(32)
-    mirror.sync(owner, data, 200)
+    mirror.sync(owner, keys, data, 200)
     assert mirror.n == 200 and len(mirror.index) == 200
     assert all(r < 200 for r, _ in mirror.search(data[250], 20))
-    mirror.sync(owner, data, 300)  # new rows appended to the cache
+    mirror.sync(owner, keys, data, 300)  # new rows appended to the cache
     assert mirror.search(data[250], 1)[0][0] == 250
     assert mirror.rebuilds == 1
     # an upsert overwrote row 7 in place
     data[7] = data[123]
-    mirror.patch([7, 999], data[[7, 0]])  # rows not mirrored yet are ignored
+    mirror.sync(owner, keys, data, 300, changed=[7, 999])  # rows not mirrored are ignored
     assert {r for r, _ in mirror.search(data[123], 2)} == {7, 123}
     assert len(mirror.index) == 300
-    # the cache was rebuilt (another writer deleted vectors): a new owner means a new graph
-    mirror.sync(Owner(), data[:50], 50)
+    # The cache was rebuilt without rows 0-9 (deleted) and row 20 changed behind our back:
+    # the graph is patched key by key, not rebuilt, and rows are renumbered.
+    data2 = data[10:].copy()
+    data2[10] = clustered(1, dim=32, draw=9)[0]  # the former row 20
+    mirror.sync(Owner(), keys[10:], data2, 290)
+    assert mirror.rebuilds == 1 and mirror.repaired == 11 and len(mirror.index) == 290
+    assert mirror.search(data2[10], 1) == [(10, pytest.approx(1.0, abs=1e-5))]
+    assert all(r < 290 for r, _ in mirror.search(data[0], 300))
+    # a cache that lost most rows: cheaper to rebuild than to tombstone
+    mirror.sync(Owner(), keys[250:], data[250:], 50)
     assert mirror.rebuilds == 2 and len(mirror.index) == 50
-    assert mirror.search(data[250], 100)[0][0] < 50
     assert mirror.search(data[0], 0) == []
 
 
-def test_saved_graph_is_reused_only_with_its_watermark(tmp_path: Path) -> None:
+def test_saved_graph_is_checked_against_the_vectors(tmp_path: Path) -> None:
     data = clustered(500, dim=16)
-    index = AnnIndex(16)
-    index.add(np.arange(500), data)
-    path = tmp_path / "ann" / "u-exchange-16.usearch"
-    mark = {"max_rid": 500, "del_gen": 0, "n": 500}
-    index.save(path, mark)
-    loaded = AnnIndex.load(path, 16, mark)
-    assert loaded is not None and len(loaded) == 500
-    assert loaded.search(data[42], 1)[0][0] == 42
-    assert AnnIndex.load(path, 16, {**mark, "del_gen": 1}) is None  # rows were deleted since
-    assert AnnIndex.load(path, 8, mark) is None
-    path.write_bytes(b"not a graph")  # torn or corrupted file: rebuild, never crash
-    assert AnnIndex.load(path, 16, mark) is None
-    assert AnnIndex.load(tmp_path / "missing.usearch", 16, mark) is None
+    keys = keys_of(500)
+    mirror = AnnMirror(16)
+    mirror.sync(Owner(), keys, data, 500)
+    path = tmp_path / "ann" / "u-exchange.usearch"
+    mark = {"user": "u", "kind": "exchange"}
+    mirror.save(path, mark)
+    assert mirror.changes == 0
+
+    again = AnnMirror(16)
+    assert again.load(path, mark)
+    data[42] = data[7]  # changed since the save (an upsert keeps the rowid)
+    again.sync(Owner(), keys, data, 500)
+    assert again.rebuilds == 0 and again.repaired == 1
+    assert {r for r, _ in again.search(data[7], 2)} == {7, 42}
+
+    assert not AnnMirror(16).load(path, {**mark, "user": "v"})  # another partition's file
+    assert not AnnMirror(8).load(path, mark)
+    assert not AnnMirror(16).load(tmp_path / "missing.usearch", mark)
+    blob = path.read_bytes()
+    path.write_bytes(blob[: len(blob) // 2])  # torn write
+    assert not AnnMirror(16).load(path, mark)
+    path.write_bytes(b"not a graph")  # garbage
+    assert not AnnMirror(16).load(path, mark)
+    AnnIndex.discard(path)
+    assert list(path.parent.iterdir()) == []
 
 
 def test_remove_and_empty_index() -> None:
@@ -90,3 +115,5 @@ def test_remove_and_empty_index() -> None:
     index.remove([3])
     assert 3 not in {k for k, _ in index.search(data[3], 10)}
     assert len(index.search(data[0], 50)) == 9
+    gone, stale = index.stale_keys(np.array([0, 1, 2, 4, 11]), data[[0, 5, 2, 4, 6]])
+    assert sorted(gone.tolist()) == [5, 6, 7, 8, 9] and stale.tolist() == [1]

@@ -24,7 +24,14 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--centres", type=int, default=2000)
+    ap.add_argument("--connectivity", type=int, default=None, help="HNSW M (default: AnnMirror's)")
+    ap.add_argument("--expansion-add", type=int, default=None, help="ef_construction")
+    ap.add_argument("--dtype", default="i8", help="graph scalar type: i8, f16 or f32")
+    ap.add_argument("--sweep", default="64:4,128:8,256:16,512:32",
+                    help="ef_search:oversample pairs to measure on the same graph")
     args = ap.parse_args()
+    graph_args = {k: v for k, v in (("connectivity", args.connectivity),
+                                    ("expansion_add", args.expansion_add)) if v is not None}
     rng = np.random.default_rng(5)
     centres = rng.normal(size=(args.centres, args.dim)).astype(np.float32)
 
@@ -43,8 +50,8 @@ def main() -> None:
         pass
 
     t0 = time.perf_counter()
-    mirror = AnnMirror(args.dim)
-    mirror.sync(Cache(), data, len(data))
+    mirror = AnnMirror(args.dim, dtype=args.dtype, **graph_args)
+    mirror.sync(Cache(), np.arange(1, len(data) + 1), data, len(data))  # keys: rowids
     build_s = time.perf_counter() - t0
     exact_ms, truth, tenth = [], [], []
     for q in queries:
@@ -55,7 +62,8 @@ def main() -> None:
         truth.append(set(top.tolist()))
         tenth.append(float(scores[top].min()))
     # The same graph searched with more effort: ef_search and exact re-rank oversampling.
-    for ef, over in ((64, 4), (128, 8), (256, 16), (512, 32)):
+    sweep = [tuple(int(x) for x in pair.split(":")) for pair in args.sweep.split(",")]
+    for ef, over in sweep:
         mirror.index.expansion_search = ef
         mirror.oversample = over
         ann_ms, recall, as_good, gap = [], [], [], []
@@ -69,6 +77,8 @@ def main() -> None:
             gap.append(floor - hits[-1][1])
         print(json.dumps({
             "size": args.size, "dim": args.dim, "build_s": round(build_s, 1),
+            "dtype": args.dtype, "connectivity": mirror.index.connectivity,
+            "expansion_add": mirror.index.expansion_add,
             "ef_search": ef, "oversample": over,
             "recall_at_10": round(float(np.mean(recall)), 4),
             "as_good_at_10": round(float(np.mean(as_good)), 4),

@@ -1,43 +1,45 @@
 """Approximate nearest-neighbour search for the embedded store, above a size threshold.
 
 SQLiteStore's exact search multiplies the query with every vector of the partition: fine up
-to tens of thousands of rows, linear beyond. Past ``ANN_THRESHOLD`` rows an HNSW graph
-(``usearch``, ``pip install 'arbormem[ann]'``) answers in roughly logarithmic time.
+to tens of thousands of rows, linear beyond. From ``ANN_THRESHOLD`` rows on (a constructor
+argument of ``SQLiteStore``) an HNSW graph (``usearch``, ``pip install 'arbormem[ann]'``)
+answers in roughly logarithmic time; without usearch the store stays exact.
 
-The graph is never the source of truth. It mirrors the rows of the store's in-memory vector
-cache (row ``i`` of the matrix is key ``i`` of the graph), so it is rebuilt whenever the cache
-is, and it can always be rebuilt from the stored vectors; a crash can only lose the graph,
-never a vector. ``save``/``load`` keep it next to the database with a *watermark* (whatever
-identifies the cache state it mirrors, e.g. max rowid, deletion generation, row count and a
-digest of the ids); a graph whose watermark does not match is thrown away and rebuilt.
+The graph is never the source of truth. An ``AnnMirror`` mirrors the rows of the store's
+in-memory vector cache; its keys are the vectors' SQLite rowids, which survive the cache being
+rebuilt (another writer deleted rows), so a rebuilt cache costs removing the deleted keys, not
+a new graph. The graph holds 8-bit quantised vectors (fast to build, a quarter of the memory);
+a search takes ``oversample`` times more candidates from it and ranks them by exact cosine
+against the cache's float32 matrix, so the approximation is only in which candidates are
+found, and every score returned is exact.
 
-The mirror's graph holds 8-bit quantised vectors (fast to build, small); a search takes 16k
-candidates from it and ranks them by exact cosine against the cache's float32 matrix, so the
-approximation is only in which candidates are found. With the defaults (M=16,
-ef_construction=64, ef_search >= max(64, 2 * candidates)) recall@10 against exact search is
-0.97-0.99 on clustered 384-d vectors (``tests/store/test_ann.py``). At 1M rows of hard
-synthetic clusters (``tests/support/ann_check.py``, 2026-11-29, shared 2-core machine) it
-is 0.945 in 0.66 ms p50 against 214 ms for exact search (0.91 with oversample 8, 0.953 with
-32): not yet within a point of exact. The next lever is a denser graph (``connectivity``
-32, ``expansion_add`` 128) at 2-3x the build time (236 s for 1M rows here).
+Crashes can lose the graph, never a vector. The store saves it next to the database
+(``<db>.ann/<user digest>-<kind>.usearch`` plus a ``.json`` watermark: dimension, size, the
+BLAKE2 digest of the graph file, whose partition it is) by writing temporary files and
+renaming them, the graph first. Loading trusts nothing: a missing, partial or corrupt file
+(digest, size or parse mismatch) is discarded and the graph rebuilt from the stored vectors;
+a readable one is then checked vector by vector against what SQLite holds now (keys gone are
+removed, new rows added, and each stored quantised vector must equal the quantised current
+vector, else it is re-added), and when more than a fifth of it is stale it is rebuilt instead.
 
-How SQLiteStore uses it (one mirror per cached (user, kind) partition)::
+Quality (``tests/support/ann_check.py``, synthetic clusters harder than sentence embeddings:
+2,000 centres, 384-d, queries drawn from the same clusters; 200 sampled queries; recall@10 of
+the graph path against exact top-10)::
 
-    cache = self._refresh(user_id, kind, dim)                 # exact cache, as today
-    if cache.n >= ANN_THRESHOLD and ann_available():
-        mirror = self._ann.setdefault((user_id, kind), AnnMirror(dim))
-        mirror.sync(cache, cache.matrix, cache.n)              # adds new rows / rebuilds
-        return [(cache.ids[i], s) for i, s in mirror.search(query, k)]
-    ...exact path...
+    .venv/bin/python tests/support/ann_check.py --size 1000000 --connectivity 32 \\
+        --expansion-add 128 --sweep 64:4,128:8,256:16,512:16,512:32,1024:32
 
-and in ``put_vectors``, where it patches cached rows in place, ``mirror.patch(rows, vecs)``.
+With M=16, ef_construction=64 (the previous defaults) recall@10 was 0.945 at 1M (0.66 ms
+p50 against 214 ms for exact search). The 1M figures of the current defaults (M=32,
+ef_construction=128) are being measured.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import weakref
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,12 @@ from ..errors import StoreError
 #: Partitions with at least this many vectors are searched through the HNSW graph. Below it
 #: exact search is faster than keeping a graph (measured: 50k x 384 exact ~ 15 ms on one core).
 ANN_THRESHOLD = 50_000
+
+#: A graph with more stale (changed or deleted) vectors than this share is rebuilt, not
+#: patched: usearch only tombstones removed nodes, and many tombstones slow the walk.
+REBUILD_SHARE = 0.2
+
+_CHUNK = 65536
 
 
 def ann_available() -> bool:
@@ -70,6 +78,14 @@ def _index_class() -> Any:
     return Index
 
 
+def _file_digest(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 class AnnIndex:
     """An HNSW graph over unit float32 vectors with integer keys (inner product = cosine)."""
 
@@ -79,6 +95,8 @@ class AnnIndex:
             raise ValueError("dim must be positive")
         self.dim = dim
         self.dtype = dtype
+        self.connectivity = connectivity
+        self.expansion_add = expansion_add
         self.expansion_search = expansion_search
         self._index = _index_class()(
             ndim=dim, metric="ip", dtype=dtype, connectivity=connectivity,
@@ -88,15 +106,19 @@ class AnnIndex:
     def __len__(self) -> int:
         return len(self._index)
 
+    def keys(self) -> np.ndarray:
+        return np.asarray(self._index.keys, dtype=np.int64)
+
     def add(self, keys: Sequence[int] | np.ndarray, vectors: np.ndarray) -> None:
         """Insert (or replace) the vectors of these keys."""
         k = np.asarray(keys, dtype=np.uint64)
         v = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(k), self.dim)
         if len(k) == 0:
             return
-        present = np.array([self._index.contains(int(x)) for x in k], dtype=bool)
-        if present.any():
-            self._index.remove(k[present])
+        if len(self._index):
+            present = np.asarray(self._index.contains(k), dtype=bool).reshape(len(k))
+            if present.any():
+                self._index.remove(k[present])
         self._index.add(k, v)
 
     def remove(self, keys: Sequence[int] | np.ndarray) -> None:
@@ -105,7 +127,7 @@ class AnnIndex:
             self._index.remove(k)
 
     def search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """Up to ``k`` (key, cosine) pairs, best first."""
+        """Up to ``k`` (key, cosine) pairs, best first (cosine of the stored, quantised vector)."""
         n = len(self._index)
         if k <= 0 or n == 0:
             return []
@@ -118,102 +140,257 @@ class AnnIndex:
         pairs.sort(key=lambda p: -p[1])
         return pairs
 
+    def stale_keys(self, keys: np.ndarray, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Graph keys not in ``keys`` (gone), and rows of ``matrix`` (row ``i`` has key
+        ``keys[i]``) whose key is in the graph with another vector (stale).
+
+        usearch stores an i8 vector as ``trunc(127 * v / |v|)``, so a stored vector is current
+        when every component is within one step of that; f16/f32 within their rounding."""
+        have = self.keys()
+        if len(have) == 0:
+            return have, np.zeros(0, dtype=np.int64)
+        stored = self._index.vectors  # aligned with .keys
+        order = np.argsort(have)
+        pos = np.searchsorted(have, keys, sorter=order)
+        pos = order[np.minimum(pos, len(have) - 1)]
+        rows = np.flatnonzero(have[pos] == keys)
+        gone = have[~np.isin(have, keys)]
+        stale = np.zeros(len(rows), dtype=bool)
+        for s in range(0, len(rows), _CHUNK):
+            part = rows[s : s + _CHUNK]
+            ref = np.asarray(matrix[part], dtype=np.float32)
+            if self.dtype == "i8":
+                norms = np.linalg.norm(ref, axis=1, keepdims=True)
+                ref = 127.0 * ref / np.maximum(norms, 1e-12)
+                tol = 1.01
+            else:
+                tol = 2e-3
+            got = np.asarray(stored[pos[part]], dtype=np.float32)
+            stale[s : s + _CHUNK] = np.abs(got - ref).max(axis=1) > tol
+        return gone, rows[stale]
+
     # -- persistence -------------------------------------------------------------------------
     def save(self, path: str | Path, watermark: Mapping[str, Any]) -> None:
-        """Write the graph and its watermark atomically (a crash leaves the old pair or none)."""
+        """Write the graph and its watermark by rename, graph first: a crash leaves the old
+        pair, or a new graph beside the old watermark, whose digest then does not match."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        self._index.save(str(tmp))
+        _drop_orphans(path)
+        tag = f".{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp = path.with_name(path.name + tag)
         meta = path.with_name(path.name + ".json")
-        meta_tmp = meta.with_name(meta.name + ".tmp")
-        meta_tmp.write_text(json.dumps({"dim": self.dim, "dtype": self.dtype, "n": len(self),
-                                        "watermark": dict(watermark)}))
-        # The graph first, then the watermark: a graph newer than its watermark fails the
-        # size check in ``load`` and is rebuilt; never is a stale graph trusted.
-        os.replace(tmp, path)
-        os.replace(meta_tmp, meta)
+        meta_tmp = meta.with_name(meta.name + tag)
+        try:
+            self._index.save(str(tmp))
+            meta_tmp.write_text(json.dumps({
+                "dim": self.dim, "dtype": self.dtype, "n": len(self),
+                "digest": _file_digest(tmp), "watermark": dict(watermark),
+            }))
+            os.replace(tmp, path)
+            os.replace(meta_tmp, meta)
+        finally:
+            for leftover in (tmp, meta_tmp):
+                leftover.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: str | Path, dim: int, watermark: Mapping[str, Any]) -> AnnIndex | None:
-        """The saved graph if it exists, is readable, and mirrors exactly ``watermark``."""
+        """The saved graph if its files are whole and it was saved with ``watermark``."""
         path = Path(path)
         meta = path.with_name(path.name + ".json")
         try:
             info = json.loads(meta.read_text())
             if info.get("dim") != dim or info.get("watermark") != dict(watermark):
                 return None
+            if _file_digest(path) != info.get("digest"):
+                return None  # torn, truncated, overwritten or paired with another watermark
             inst = cls(dim, dtype=str(info.get("dtype", "f32")))
             inst._index.load(str(path))
             if len(inst) != info.get("n") or inst._index.ndim != dim:
                 return None
-        except (OSError, ValueError, RuntimeError, KeyError, TypeError):
+            inst.connectivity = int(inst._index.connectivity)
+            inst.expansion_add = int(inst._index.expansion_add)
+        except (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError):
             return None
         return inst
 
+    @staticmethod
+    def discard(path: str | Path) -> None:
+        """Remove a saved graph and its watermark (the partition was deleted)."""
+        path = Path(path)
+        for p in (path, path.with_name(path.name + ".json")):
+            p.unlink(missing_ok=True)
+        _drop_orphans(path)
+
+
+def _drop_orphans(path: Path) -> None:
+    """Remove temporary files of saves whose process died (killed mid-save)."""
+    for p in path.parent.glob(path.name + "*.tmp"):
+        try:
+            pid = int(p.name.split(".")[-3])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            p.unlink(missing_ok=True)
+        except (ValueError, IndexError, PermissionError, OSError):
+            continue
+
 
 class AnnMirror:
-    """Keeps an ``AnnIndex`` in step with a growing matrix whose row ``i`` is key ``i``.
+    """Keeps an ``AnnIndex`` equal to rows ``[0, n)`` of a vector cache.
 
-    ``owner`` is the object holding the matrix (SQLiteStore's ``_VecCache``): when a different
-    owner is passed, or fewer rows than already mirrored, the cache was rebuilt and so is the
-    graph. The graph stores 8-bit quantised vectors (7x faster to build than float32, a
-    quarter of the memory); searches take ``oversample`` (16) times more candidates from it and
-    rank them by exact cosine against the float32 matrix.
+    The cache is ``owner`` (SQLiteStore's ``_VecCache``) with, per row, an integer key (the
+    SQLite rowid) and a float32 vector. While the owner is the same object its first ``n``
+    rows only grow, and rows overwritten in place are reported in ``changed``; a different
+    owner (the cache was rebuilt), or a graph loaded from disk, is reconciled key by key.
+    Searches take ``oversample`` times more candidates from the graph than asked and rank
+    them by exact cosine against the float32 matrix.
+
+    Not thread-safe: the store serialises calls per mirror.
     """
 
-    def __init__(self, dim: int, *, dtype: str = "i8", oversample: int = 16, **index_args: int) -> None:
+    def __init__(self, dim: int, *, dtype: str = "i8", oversample: int = 16,
+                 connectivity: int = 32, expansion_add: int = 128,
+                 expansion_search: int = 64) -> None:
         self.dim = dim
         self.dtype = dtype
         self.oversample = max(1, oversample)
-        self._args = index_args
-        self.index = AnnIndex(dim, dtype=dtype, **index_args)
+        self._args = {"connectivity": connectivity, "expansion_add": expansion_add,
+                      "expansion_search": expansion_search}
+        self.index = AnnIndex(dim, dtype=dtype, **self._args)
         self.n = 0
+        self._owner: object | None = None
+        self._keys = np.zeros(0, dtype=np.int64)  # key of each mirrored row
         self._matrix: np.ndarray | None = None
-        self._owner: weakref.ReferenceType[Any] | None = None
-        self._owner_id: int | None = None
+        self._order: np.ndarray | None = None  # rows sorted by key, for key -> row
+        self._sorted = np.zeros(0, dtype=np.int64)  # self._keys[self._order]
+        self._maxkey = -1
+        self._loaded = False  # the graph came from disk and is not reconciled yet
+        self.tombstones = 0
+        #: counters, for tests and diagnostics
         self.rebuilds = 0
+        self.repaired = 0
+        self.changes = 0  # graph edits since the last save
 
-    def _same_owner(self, owner: object) -> bool:
-        if self._owner_id != id(owner):
-            return False
-        try:
-            return self._owner is not None and self._owner() is owner
-        except TypeError:  # pragma: no cover - objects without weakref support
-            return True
+    # -- keeping in step ---------------------------------------------------------------------
+    def sync(self, owner: object, keys: np.ndarray, matrix: np.ndarray, n: int,
+             changed: Sequence[int] = ()) -> None:
+        """Make the graph hold exactly rows ``[0, n)``: key ``keys[i]``, vector ``matrix[i]``.
 
-    def sync(self, owner: object, matrix: np.ndarray, n: int, batch: int = 65536) -> None:
-        """Bring the graph up to rows ``[0, n)`` of ``matrix`` (kept for exact re-ranking)."""
-        if not self._same_owner(owner) or n < self.n:
-            self.index = AnnIndex(self.dim, dtype=self.dtype, **self._args)
-            self.n = 0
-            self.rebuilds += 1
-            try:
-                self._owner = weakref.ref(owner)
-            except TypeError:  # pragma: no cover
-                self._owner = None
-            self._owner_id = id(owner)
-        for start in range(self.n, n, batch):
-            stop = min(n, start + batch)
-            self.index.add(np.arange(start, stop, dtype=np.uint64), matrix[start:stop])
-        self.n = max(self.n, n)
+        ``changed``: rows below the last ``n`` that ``owner`` overwrote in place since."""
+        keys = np.asarray(keys[:n], dtype=np.int64)
+        if owner is self._owner and n >= self.n and not self._loaded:
+            rows = np.array(sorted({int(r) for r in changed if r < self.n}), dtype=np.int64)
+            if len(rows):
+                old = self._keys[rows]
+                moved = old != keys[rows]  # re-inserted under a new rowid
+                if moved.any():
+                    self.index.remove(old[moved])
+                    self.tombstones += int(moved.sum())
+                    self._keys[rows] = keys[rows]
+                    self._order = None
+                self.index.add(keys[rows], matrix[rows])
+                self.changes += len(rows)
+            self._append(keys, matrix, n)
+        else:
+            # A rebuilt cache (rows renumbered, some deleted) or a graph from disk: compare
+            # against what the graph holds, not against the previous matrix, whose rows
+            # may have been overwritten in place after the graph last saw them.
+            self._reconcile(keys, matrix, n)
+        self._owner = owner
         self._matrix = matrix
+        self._loaded = False
+        if self.tombstones > REBUILD_SHARE * max(self.n, 1):
+            self.rebuild(keys, matrix, n)
 
-    def patch(self, rows: Sequence[int], vectors: np.ndarray) -> None:
-        """Rows already mirrored were overwritten in place (an upsert of a known id)."""
-        keep = [(r, v) for r, v in zip(rows, vectors, strict=True) if r < self.n]
-        if keep:
-            self.index.add([r for r, _ in keep], np.stack([v for _, v in keep]))
+    def _append(self, keys: np.ndarray, matrix: np.ndarray, n: int) -> None:
+        if n <= self.n:
+            return
+        new = keys[self.n : n]
+        for s in range(self.n, n, _CHUNK):
+            e = min(n, s + _CHUNK)
+            self.index.add(keys[s:e], matrix[s:e])
+        # The cache appends rows in rowid order, so the key -> row order usually just grows.
+        if self._order is not None and int(new[0]) > self._maxkey and bool(np.all(np.diff(new) > 0)):
+            self._order = np.concatenate([self._order, np.arange(self.n, n, dtype=np.int64)])
+            self._sorted = np.concatenate([self._sorted, new])
+        else:
+            self._order = None
+        self._keys = np.concatenate([self._keys[: self.n], new])
+        self._maxkey = max(self._maxkey, int(new.max()))
+        self.changes += n - self.n
+        self.n = n
 
+    def rebuild(self, keys: np.ndarray, matrix: np.ndarray, n: int) -> None:
+        """A fresh graph of rows ``[0, n)``."""
+        self.index = AnnIndex(self.dim, dtype=self.dtype, **self._args)
+        self.n = 0
+        self.tombstones = 0
+        self._order = np.zeros(0, dtype=np.int64)
+        self._sorted = np.zeros(0, dtype=np.int64)
+        self._keys = np.zeros(0, dtype=np.int64)
+        self._maxkey = -1
+        self.rebuilds += 1
+        self._append(np.asarray(keys[:n], dtype=np.int64), matrix, n)
+
+    def _reconcile(self, keys: np.ndarray, matrix: np.ndarray, n: int) -> None:
+        if len(self.index) == 0:
+            self.rebuild(keys, matrix, n)
+            return
+        gone, stale = self.index.stale_keys(keys, matrix)
+        missing = np.flatnonzero(~np.isin(keys, self.index.keys()))
+        if len(gone) + len(stale) > REBUILD_SHARE * max(n, 1):
+            self.rebuild(keys, matrix, n)
+            return
+        if len(gone):
+            self.index.remove(gone)
+        add_rows = np.concatenate([stale, missing])
+        for s in range(0, len(add_rows), _CHUNK):
+            part = add_rows[s : s + _CHUNK]
+            self.index.add(keys[part], matrix[part])
+        self.tombstones += len(gone) + len(stale)
+        self.repaired += len(gone) + len(stale)
+        self.changes += len(gone) + len(add_rows)
+        self._keys = keys.copy()
+        self._maxkey = int(keys.max()) if n else -1
+        self._order = None
+        self.n = n
+
+    # -- search ------------------------------------------------------------------------------
     def search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """Up to ``k`` (row, exact cosine) pairs, best first."""
-        if k <= 0 or self.n == 0:
+        if k <= 0 or self.n == 0 or self._matrix is None:
             return []
-        cands = self.index.search(query, min(self.n, max(k * self.oversample, 40)))
-        if self._matrix is None:
-            return cands[:k]
-        rows = np.fromiter((r for r, _ in cands), dtype=np.int64, count=len(cands))
+        found = self.index.search(query, min(self.n, max(k * self.oversample, 40)))
+        if not found:
+            return []
+        if self._order is None or len(self._order) != self.n:
+            self._order = np.argsort(self._keys[: self.n], kind="stable")
+            self._sorted = self._keys[self._order]
+        sorted_keys = self._sorted
+        fk = np.fromiter((key for key, _ in found), dtype=np.int64, count=len(found))
+        pos = np.minimum(np.searchsorted(sorted_keys, fk), self.n - 1)
+        ok = sorted_keys[pos] == fk
+        rows = self._order[pos[ok]]
         q = np.asarray(query, dtype=np.float32).reshape(self.dim)
         exact = self._matrix[rows] @ q
-        order = np.argsort(-exact)[:k]
+        order = np.argsort(-exact, kind="stable")[:k]
         return [(int(rows[i]), float(exact[i])) for i in order]
+
+    # -- persistence -------------------------------------------------------------------------
+    def save(self, path: str | Path, watermark: Mapping[str, Any]) -> None:
+        self.index.save(path, watermark)
+        self.changes = 0
+
+    def load(self, path: str | Path, watermark: Mapping[str, Any]) -> bool:
+        """Adopt a saved graph; the next ``sync`` checks every vector of it against the cache."""
+        index = AnnIndex.load(path, self.dim, watermark)
+        if index is None or index.dtype != self.dtype:
+            return False
+        index.expansion_search = int(self._args["expansion_search"])
+        self.index = index
+        self._loaded = True
+        self._owner = None
+        self._matrix = None
+        self.n = 0
+        self.tombstones = 0
+        self.changes = 0
+        return True
