@@ -49,6 +49,9 @@ class BenchConfig(_Serializable):
     seed: int = 7
     db_dir: str | None = None
     progress: bool = True
+    store: str = "sqlite"
+    #: postgres: an empty database (``arbormem bench`` creates one per size on its own server)
+    database_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class BenchResult(_Serializable):
     disk_bytes: int
     bytes_per_exchange: float
     seconds: float
+    store: str = "sqlite"
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,12 @@ def _db_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file())
 
 
+def _pg_bytes(store: Any) -> int:
+    """Size of the whole PostgreSQL database (meaningful when the bench had it to itself)."""
+    with store._conn() as conn:
+        return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
+
+
 # -- the run ----------------------------------------------------------------------------------
 
 def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
@@ -274,7 +284,17 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
         # The database lives in a temporary folder removed even when the run is interrupted.
         with tempfile.TemporaryDirectory(prefix="arbormem-bench-", dir=cfg.db_dir) as tmp:
             db = Path(tmp) / "bench.db"
-            mem = Memory(str(db), embedder=emb)
+            if cfg.store == "postgres":
+                if not cfg.database_url:
+                    raise ConfigError("the postgres bench needs a database URL")
+                mem = Memory(database_url=cfg.database_url, embedder=emb)
+                if sum(mem.store.count_exchanges("bench").values()):
+                    mem.close()
+                    raise ConfigError("the database already holds a 'bench' user; give an empty database")
+            elif cfg.store == "sqlite":
+                mem = Memory(str(db), embedder=emb)
+            else:
+                raise ConfigError(f"unknown store {cfg.store!r}; choose sqlite or postgres")
             try:
                 raw_s = bulk_s = 0.0
                 raw_n = 0
@@ -313,9 +333,10 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
                     r = mem.recall(q, user_id="bench", max_tokens=cfg.budget)
                     recall_ms.append((time.perf_counter() - t0) * 1000)
                     tokens.append(r.tokens)
+                disk = _pg_bytes(mem.store) if cfg.store == "postgres" else 0
             finally:
                 mem.close()
-            disk = _db_bytes(db)
+            disk = disk or _db_bytes(db)
 
     n_single = len(singles)
     bulk_tput = len(bulk) / bulk_s if bulk_s > 0 else float("inf")
@@ -342,6 +363,7 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
         disk_bytes=disk,
         bytes_per_exchange=disk / (len(bulk) + n_single),
         seconds=time.perf_counter() - t_start,
+        store=cfg.store,
     )
 
 
@@ -404,18 +426,20 @@ def load_report(path: str | Path) -> BenchReport:
 
 def merge_reports(new: BenchReport, older: Sequence[BenchReport]) -> BenchReport:
     """``new`` plus the results of ``older`` runs it does not repeat, each noted with its origin."""
-    have = {(r.workload, r.size) for r in new.results}
+    have = {(r.store, r.workload, r.size) for r in new.results}
     results = list(new.results)
     notes = list(new.notes)
     for rep in older:
-        extra = [r for r in rep.results if (r.workload, r.size) not in have]
+        extra = [r for r in rep.results if (r.store, r.workload, r.size) not in have]
         if extra:
-            have.update((r.workload, r.size) for r in extra)
+            have.update((r.store, r.workload, r.size) for r in extra)
             results.extend(extra)
-            which = ", ".join(f"{r.workload} {r.size:,}" for r in extra)
+            which = ", ".join(f"{r.workload} {r.size:,}" + ("" if r.store == "sqlite" else f" ({r.store})")
+                              for r in extra)
             notes.append(f"Rows {which}: run of {rep.date}, arbormem {rep.version or '?'}, on {rep.machine}"
                          + (f" (`{rep.command}`)." if rep.command else "."))
-    results.sort(key=lambda r: (WORKLOADS.index(r.workload) if r.workload in WORKLOADS else 99, r.size))
+    results.sort(key=lambda r: (r.store != "sqlite", r.store,
+                                WORKLOADS.index(r.workload) if r.workload in WORKLOADS else 99, r.size))
     return replace(new, results=tuple(results), notes=tuple(notes))
 
 

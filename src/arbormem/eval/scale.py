@@ -1,0 +1,764 @@
+"""Scale benchmark: recall latency over one user partition of 10k / 100k / 1M exchanges.
+
+Ingest through the full pipeline (``Memory.add_many``: embed, place, index, one exchange at a
+time) runs at ~120-180 exchanges/s even with the hash embedder, so a million exchanges would
+take hours. ``bulk_load`` writes what the pipeline would have written, directly:
+
+* exchanges (chat-like texts about many synthetic subjects, 12 per session, several sessions
+  a day), their lexical keys (own text plus the same-session neighbours', as
+  ``Memory._reindex_text``), their vectors and the user's term document frequencies;
+* the topic tree: leaves are runs of consecutive exchanges on one subject in one session (at
+  most ``max_topic_size``), grouped into bottom themes per subject and upper themes until the
+  root has at most ``max_children`` children, every leaf at the same depth as the B-tree
+  placement keeps it; each node with its vector sum, bounded term counts, keywords, title and
+  extractive summary made by the same helpers as ``organize/tree.py``; topic vectors
+  (centroids) and topic lexical entries.
+
+Vectors are synthesised, not embedded: each subject has a random unit centre; an exchange's
+vector is its subject's centre plus Gaussian noise (cosine ~0.7 to the centre, ~0.5 between two
+exchanges of a subject, ~0 across subjects). ``SubjectEmbedder`` embeds any text the same way
+(the centres of the subjects whose words it names, plus noise seeded by the text), so a
+query's dense and lexical candidates both point at the exchanges it was made from: the queries
+have real answers, and ``answer_rate`` (the share of recalls that packed the exchange a query
+was made from) shows it.
+
+Writes go through the Store contract (``insert_exchange``, ``put_vectors``, ``put_text``,
+``put_topic``, ``add_term_df``) in large transactions, except on PostgreSQL, where exchange
+rows, their text entries and all vectors are COPYed in (per-row round trips plus per-row HNSW
+inserts would take hours at 1M) and the HNSW index is then built once, by the store's own
+``put_vectors`` creating it over the loaded rows. Topics always go through the contract.
+
+Then ``Memory.recall`` — the real read path — is timed on a freshly opened store, and on
+PostgreSQL also from ``clients`` concurrent processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..embed.base import Embedder
+from ..errors import ConfigError
+from ..models import Exchange, _Serializable
+from ..store.base import Store, TopicRecord
+from .bench import _ASSIST_T, _NAMES, _USER_T, _db_bytes, _pcts
+
+STORES = ("sqlite", "postgres")
+SESSION = 12          # exchanges per session
+SESSIONS_PER_DAY = 8
+SIGMA = 1.0           # noise norm relative to the unit centre: cos(vector, centre) ~ 0.71
+SUBJECT_WORDS = 10
+THEME_FANOUT = 6      # children per theme: B-tree nodes hold max_children/2..max_children
+_SYL = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def subjects_for(size: int) -> int:
+    """Distinct subjects in a history of ``size`` exchanges: grows like sqrt(size) (Heaps'
+    law): 500 at 10k, 1,581 at 100k, 5,000 at 1M; each recurs ~size/subjects times."""
+    return max(32, int(5 * size**0.5))
+
+
+class World:
+    """The subjects of a synthetic history: words and vector centres, from (size, dim, seed)."""
+
+    def __init__(self, size: int, dim: int = 384, seed: int = 7) -> None:
+        self.size, self.dim, self.seed = size, dim, seed
+        rng = random.Random(seed)
+        n = subjects_for(size)
+        used: set[str] = set()
+        self.words: list[list[str]] = []
+        for _ in range(n):
+            ws: list[str] = []
+            while len(ws) < SUBJECT_WORDS:
+                w = "".join(rng.choice(_SYL) for _ in range(3))
+                if w not in used:
+                    used.add(w)
+                    ws.append(w)
+            self.words.append(ws)
+        self.word_subject = {w: s for s, ws in enumerate(self.words) for w in ws}
+        c = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+        self.centres = c / np.linalg.norm(c, axis=1, keepdims=True)
+
+    @property
+    def subjects(self) -> int:
+        return len(self.words)
+
+    def vectors(self, subjects: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Unit vectors of exchanges on ``subjects`` (one row each)."""
+        noise = rng.normal(size=(len(subjects), self.dim)).astype(np.float32) * (SIGMA / self.dim**0.5)
+        m = self.centres[subjects] + noise
+        return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+
+class SubjectEmbedder(Embedder):
+    """Embeds a text into the synthetic subject space: the mean centre of the subjects its words
+    name plus noise seeded by the text (deterministic); a text naming none gets a random unit
+    vector. A real Embedder (no model), consistent with the vectors ``bulk_load`` writes."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.name = f"synthetic-subjects-{world.subjects}-seed{world.seed}"
+
+    @property
+    def dim(self) -> int:
+        return self.world.dim
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        w = self.world
+        out = np.empty((len(texts), w.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            seed = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+            rng = np.random.default_rng(seed)
+            hits = Counter(s for t in _TOKEN.findall(text.lower()) if (s := w.word_subject.get(t)) is not None)
+            noise = rng.normal(size=w.dim).astype(np.float32) * (SIGMA / w.dim**0.5)
+            if hits:
+                centre = sum(w.centres[s] * c for s, c in hits.items()) / sum(hits.values())
+                out[i] = centre + noise
+            else:
+                out[i] = noise
+        return out
+
+
+# -- the synthetic history --------------------------------------------------------------------
+
+@dataclass
+class History:
+    """``size`` exchanges of one user, in sequence order (index i = seq i + 1)."""
+
+    ids: list[str]
+    user_texts: list[str]
+    assistant_texts: list[str]
+    subjects: np.ndarray
+    sessions: list[str]
+    times: list[datetime]
+    queries: list[tuple[str, int]]  # (query text, index of the exchange it was made from)
+
+    def text(self, i: int) -> str:
+        return f"{self.user_texts[i]}\n{self.assistant_texts[i]}"
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def synthesise(world: World, size: int, n_queries: int = 2000, seed: int = 7) -> History:
+    """The history: a subject held for a few exchanges (p=1/6 of a change per exchange, and
+    at every new session with p=1/2), templates filled with the subject's words and a name."""
+    rng = random.Random(seed + 1)
+    end = datetime(2026, 11, 1, 9, 0, tzinfo=timezone.utc)
+    days = -(-size // (SESSION * SESSIONS_PER_DAY))
+    start = end - timedelta(days=days)
+    targets = set(rng.sample(range(size), min(n_queries, size)))
+    ids, users, assistants, sessions, times = [], [], [], [], []
+    subjects = np.empty(size, dtype=np.int64)
+    queries: list[tuple[str, int]] = []
+    subject = rng.randrange(world.subjects)
+    periods = ("week", "weekend", "month", "morning")
+    for i in range(size):
+        new_session = i % SESSION == 0
+        if (new_session and rng.random() < 0.5) or rng.random() < 1 / 6:
+            subject = rng.randrange(world.subjects)
+        words = world.words[subject]
+        fill = {"a": rng.choice(words), "b": rng.choice(words), "c": rng.choice(words),
+                "n": rng.choice(_NAMES), "d": rng.choice(periods)}
+        users.append(rng.choice(_USER_T).format(**fill))
+        assistants.append(rng.choice(_ASSIST_T).format(**fill))
+        subjects[i] = subject
+        k = i // SESSION
+        sessions.append(f"s{k}")
+        times.append(start + timedelta(days=k // SESSIONS_PER_DAY, minutes=90 * (k % SESSIONS_PER_DAY) + 5 * (i % SESSION)))
+        ids.append(f"x_{rng.getrandbits(128):032x}")
+        if i in targets:
+            queries.append((f"What did {fill['n']} say about {fill['a']} and {fill['b']}?", i))
+    rng.shuffle(queries)
+    return History(ids, users, assistants, subjects, sessions, times, queries)
+
+
+def lexical_key(h: History, i: int) -> str:
+    """The exchange's lexical index text, as ``Memory._reindex_text`` writes it."""
+    parts = [h.text(i)]
+    for j in (i - 1, i + 1):
+        if 0 <= j < len(h) and h.sessions[j] == h.sessions[i]:
+            parts.append(h.text(j))
+    return "\n".join(parts)
+
+
+# -- the topic tree ---------------------------------------------------------------------------
+
+def _leaf_summary(h: History, lo: int, hi: int, keywords: list[str], df: dict[str, int], n: int) -> str:
+    """``TreeSession._extractive_summary``: the two sentences richest in the keywords."""
+    from ..text import idf, sentences, shorten, terms
+
+    weights = {t: idf(df.get(t, 1), n) for t in keywords}
+    best: list[tuple[float, int, str]] = []
+    order = 0
+    for i in range(lo, hi):
+        for sent in sentences(h.user_texts[i]) + sentences(h.assistant_texts[i]):
+            toks = set(terms(sent))
+            best.append((sum(w for t, w in weights.items() if t in toks) / (1.0 + 0.02 * len(sent)), order, sent))
+            order += 1
+    top = sorted(best, key=lambda b: -b[0])[:2]
+    text = " ".join(s for _, _, s in sorted(top, key=lambda b: b[1]))
+    return shorten(text, 240)
+
+
+def build_tree(h: History, vecs: np.ndarray, counts: list[Counter[str]], df: dict[str, int], user_id: str,
+               max_topic_size: int = 24, max_children: int = 8, seed: int = 7) -> tuple[list[TopicRecord], list[str]]:
+    """Every node of the user's tree (root first) and each exchange's leaf id."""
+    from ..organize.tree import KEYWORDS, LEAF_TERMS, THEME_TERMS, make_title
+    from ..text import merge_counts, prune_counts, shorten, top_terms
+
+    rng = random.Random(seed + 2)
+    n = len(h)
+
+    def new_id(prefix: str) -> str:
+        return f"{prefix}_{rng.getrandbits(128):032x}"
+
+    # Leaves: runs of one subject within one session, cut at max_topic_size.
+    starts = [0]
+    for i in range(1, n):
+        if (h.subjects[i] != h.subjects[i - 1] or h.sessions[i] != h.sessions[i - 1]
+                or i - starts[-1] >= max_topic_size):
+            starts.append(i)
+    bounds = list(zip(starts, [*starts[1:], n], strict=True))
+    sums = np.add.reduceat(vecs, starts, axis=0).astype(np.float32)
+    leaf_of = [""] * n
+    leaves: list[TopicRecord] = []
+    leaf_subject: dict[str, int] = {}
+    for (lo, hi), vsum in zip(bounds, sums, strict=True):
+        acc: dict[str, int] = {}
+        for i in range(lo, hi):
+            acc = merge_counts(acc, counts[i].items())
+        rec = TopicRecord(
+            id=new_id("t"), user_id=user_id, kind="topic", parent_id=None, summary="",
+            start_seq=lo + 1, end_seq=hi, size=hi - lo, first_at=h.times[lo], last_at=h.times[hi - 1],
+            frozen=True, vec_sum=vsum, terms=prune_counts(acc, LEAF_TERMS), created_seq=lo + 1,
+            meta={"session": h.sessions[lo]},
+        )
+        rec.keywords = top_terms(rec.terms, df, n, KEYWORDS)
+        rec.title = make_title(rec.keywords)
+        rec.summary = _leaf_summary(h, lo, hi, rec.keywords, df, n)
+        leaves.append(rec)
+        leaf_subject[rec.id] = int(h.subjects[lo])
+        for i in range(lo, hi):
+            leaf_of[i] = rec.id
+    last = leaves[-1]  # the open topic: not frozen, summary = its first user message
+    last.frozen = False
+    last.summary = shorten(h.user_texts[(last.start_seq or 1) - 1], 200)
+
+    def theme_over(kids: list[TopicRecord]) -> TopicRecord:
+        acc: dict[str, int] = {}
+        for k in kids:
+            acc = merge_counts(acc, k.terms.items())
+        t = TopicRecord(
+            id=new_id("t"), user_id=user_id, kind="theme", parent_id=None,
+            start_seq=min(k.start_seq or 0 for k in kids), end_seq=max(k.end_seq or 0 for k in kids),
+            size=sum(k.size for k in kids), first_at=min(k.first_at for k in kids if k.first_at),
+            last_at=max(k.last_at for k in kids if k.last_at), frozen=all(k.frozen for k in kids),
+            vec_sum=np.sum([k.vec_sum for k in kids if k.vec_sum is not None], axis=0).astype(np.float32),
+            terms=prune_counts(acc, THEME_TERMS), created_seq=min(k.created_seq for k in kids),
+        )
+        t.keywords = top_terms(t.terms, df, n, KEYWORDS)
+        t.title = make_title(t.keywords)
+        t.summary = shorten("; ".join(k.title for k in kids if k.title), 240)
+        for k in kids:
+            k.parent_id = t.id
+        leaf_subject[t.id] = leaf_subject[kids[0].id]
+        return t
+
+    # Bottom themes: a subject's leaves in time order, THEME_FANOUT at a time (placement
+    # descends into the most similar theme, so one subject's topics gather under its themes).
+    by_subject: dict[int, list[TopicRecord]] = {}
+    for leaf in leaves:
+        by_subject.setdefault(leaf_subject[leaf.id], []).append(leaf)
+    level = [theme_over(ls[j : j + THEME_FANOUT]) for ls in by_subject.values()
+             for j in range(0, len(ls), THEME_FANOUT)]
+    themes = list(level)
+    while len(level) > max_children:  # upper levels until the root's fan-out is bounded
+        level.sort(key=lambda t: (leaf_subject[t.id], t.start_seq or 0))
+        level = [theme_over(level[j : j + THEME_FANOUT]) for j in range(0, len(level), THEME_FANOUT)]
+        themes.extend(level)
+    root = TopicRecord(
+        id=new_id("r"), user_id=user_id, kind="root", parent_id=None, start_seq=1, end_seq=n, size=n,
+        first_at=h.times[0], last_at=h.times[-1], vec_sum=sums.sum(axis=0).astype(np.float32),
+        meta={"current": last.id},
+    )
+    for t in level:
+        t.parent_id = root.id
+    return [root, *themes, *leaves], leaf_of
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LoadStats(_Serializable):
+    exchanges: int
+    topics: int
+    subjects: int
+    prepare_s: float     # synthesising texts, vectors, term statistics and the tree
+    write_s: float       # writing rows and indexes (on PostgreSQL: COPY + topics)
+    index_s: float       # PostgreSQL: building the HNSW index and ANALYZE; SQLite: 0
+    seconds: float
+
+
+def _log(progress: bool, msg: str) -> None:
+    if progress:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def bulk_load(store: Store, world: World, size: int, *, user_id: str = "scale", chunk: int = 20_000,
+              n_queries: int = 2000, seed: int = 7, progress: bool = False) -> tuple[LoadStats, History]:
+    """Write a synthetic history of ``size`` exchanges into an empty partition (see the module
+    docstring); returns the timings and the history (with its queries)."""
+    from ..text import term_counts
+
+    t0 = time.perf_counter()
+    h = synthesise(world, size, n_queries, seed)
+    vecs = np.concatenate([world.vectors(h.subjects[i : i + 50_000], np.random.default_rng(seed + 3 + i))
+                           for i in range(0, size, 50_000)])
+    counts = [term_counts(h.text(i)) for i in range(size)]
+    df_counter: Counter[str] = Counter()
+    for c in counts:
+        df_counter.update(c.keys())
+    df = dict(df_counter)
+    nodes, leaf_of = build_tree(h, vecs, counts, df, user_id, seed=seed)
+    del counts
+    prepared = time.perf_counter()
+    _log(progress, f"{size:,}: prepared {size:,} exchanges and {len(nodes) - 1:,} topics "
+                   f"in {prepared - t0:.0f} s; writing")
+
+    from ..organize.tree import topic_index_text
+
+    is_pg = type(store).__name__ == "PostgresStore"
+    if is_pg:
+        _copy_postgres(store, h, vecs, leaf_of, user_id, progress)
+        _copy_pg_topic_vectors(store, nodes, user_id)
+    else:
+        for lo in range(0, size, chunk):
+            hi = min(size, lo + chunk)
+            with store.transaction(user_id):
+                for i in range(lo, hi):
+                    store.insert_exchange(_exchange(h, i, user_id, leaf_of[i]))
+                store.put_vectors(user_id, "exchange", h.ids[lo:hi], vecs[lo:hi])
+                for i in range(lo, hi):
+                    store.put_text(user_id, "exchange", h.ids[i], lexical_key(h, i))
+            _log(progress and (hi // chunk) % 10 == 0, f"{size:,}: {hi:,} exchanges written")
+    # Topics through the contract on both stores.
+    with store.transaction(user_id):
+        for rec in nodes:
+            store.put_topic(rec)
+        inner = [r for r in nodes if r.kind != "root"]
+        for lo in range(0, len(inner), chunk):
+            part = inner[lo : lo + chunk]
+            if not is_pg:  # PostgreSQL: COPYed with the exchange vectors
+                store.put_vectors(user_id, "topic", [r.id for r in part],
+                                  np.stack([r.centroid() for r in part]))  # type: ignore[misc]
+            for r in part:
+                store.put_text(user_id, "topic", r.id, topic_index_text(r))
+        by_df: dict[int, list[str]] = {}
+        for term, d in df.items():
+            by_df.setdefault(d, []).append(term)
+        for d, terms in by_df.items():
+            store.add_term_df(user_id, terms, delta=d)
+    store.set_meta("embedder", f"{SubjectEmbedder(world).name}:{world.dim}")
+    written = time.perf_counter()
+    index_s = 0.0
+    if is_pg:
+        _log(progress, f"{size:,}: rows written in {written - prepared:.0f} s; building the HNSW index")
+        _build_pg_index(store, user_id, h.ids[-1], vecs[-1])
+        index_s = time.perf_counter() - written
+    stats = LoadStats(exchanges=size, topics=len(nodes) - 1, subjects=world.subjects,
+                      prepare_s=prepared - t0, write_s=written - prepared, index_s=index_s,
+                      seconds=time.perf_counter() - t0)
+    _log(progress, f"{size:,}: loaded in {stats.seconds:.0f} s (prepare {stats.prepare_s:.0f}, "
+                   f"write {stats.write_s:.0f}, index {stats.index_s:.0f})")
+    return stats, h
+
+
+def _exchange(h: History, i: int, user_id: str, topic_id: str) -> Exchange:
+    user, assistant = h.user_texts[i], h.assistant_texts[i]
+    return Exchange(
+        id=h.ids[i], user_id=user_id, session_id=h.sessions[i], seq=i + 1, status="completed",
+        messages=({"role": "user", "content": user}, {"role": "assistant", "content": assistant}),
+        user_text=user, assistant_text=assistant, user_at=h.times[i], assistant_at=h.times[i],
+        topic_id=topic_id,
+    )
+
+
+def _copy_postgres(store: Any, h: History, vecs: np.ndarray, leaf_of: list[str], user_id: str,
+                   progress: bool) -> None:
+    """PostgreSQL bulk path: COPY the exchange rows, their text entries (tsvector made by the
+    store's own tokenizer) and every vector, in one transaction. The vector rows go in before
+    any HNSW index exists, so ``_build_pg_index`` builds it once over all of them."""
+    import json
+
+    from ..store.postgres import _tsvector_literal, tokens
+
+    n = len(h)
+    total_len = 0
+    with store._conn() as conn, conn.cursor() as cur:
+        with cur.copy("COPY arbormem_exchanges (id, user_id, session_id, seq, status, messages, user_text, "
+                      "assistant_text, user_at, assistant_at, metadata, topic_id) FROM STDIN") as cp:
+            for i in range(n):
+                msgs = [{"role": "user", "content": h.user_texts[i]},
+                        {"role": "assistant", "content": h.assistant_texts[i]}]
+                cp.write_row((h.ids[i], user_id, h.sessions[i], i + 1, "completed",
+                              json.dumps(msgs, ensure_ascii=False), h.user_texts[i], h.assistant_texts[i],
+                              h.times[i], h.times[i], "{}", leaf_of[i]))
+        _log(progress, f"{n:,}: exchange rows copied")
+        with cur.copy("COPY arbormem_text (kind, item_id, user_id, body, tsv, doclen) FROM STDIN") as cp:
+            for i in range(n):
+                body = lexical_key(h, i)
+                toks = tokens(body)
+                total_len += len(toks)
+                cp.write_row(("exchange", h.ids[i], user_id, body, _tsvector_literal(toks), len(toks)))
+        _log(progress, f"{n:,}: text entries copied")
+        conn.execute(
+            "INSERT INTO arbormem_text_stats (user_id, kind, n_docs, total_len) VALUES (%s, 'exchange', %s, %s) "
+            "ON CONFLICT (user_id, kind) DO UPDATE SET n_docs = arbormem_text_stats.n_docs + excluded.n_docs, "
+            "total_len = arbormem_text_stats.total_len + excluded.total_len", (user_id, n, total_len))
+        conn.execute(
+            "INSERT INTO arbormem_users (user_id, last_seq) VALUES (%s, %s) ON CONFLICT (user_id) DO UPDATE "
+            "SET last_seq = GREATEST(arbormem_users.last_seq, excluded.last_seq)", (user_id, n))
+        with cur.copy("COPY arbormem_vectors (kind, item_id, user_id, dim, embedding) FROM STDIN "
+                      "WITH (FORMAT BINARY)") as cp:
+            cp.set_types(["text", "text", "text", "int4", "vector"])
+            dim = vecs.shape[1]
+            for i in range(n):
+                cp.write_row(("exchange", h.ids[i], user_id, dim, vecs[i]))
+        _log(progress, f"{n:,}: exchange vectors copied")
+
+
+def _copy_pg_topic_vectors(store: Any, nodes: list[TopicRecord], user_id: str) -> None:
+    with store._conn() as conn, conn.cursor() as cur:
+        with cur.copy("COPY arbormem_vectors (kind, item_id, user_id, dim, embedding) FROM STDIN "
+                      "WITH (FORMAT BINARY)") as cp:
+            cp.set_types(["text", "text", "text", "int4", "vector"])
+            for r in nodes:
+                c = r.centroid()
+                if r.kind != "root" and c is not None:
+                    cp.write_row(("topic", r.id, user_id, int(c.shape[0]), c))
+
+
+def _build_pg_index(store: Any, user_id: str, last_id: str, last_vec: np.ndarray) -> None:
+    """Re-put one vector through the contract: the store creates its HNSW index over every row
+    loaded so far (one bulk build), then ANALYZE gives the planner the partition's size (so it
+    picks the HNSW scan over the exact sort for the big partition)."""
+    with store.transaction(user_id):
+        with store._conn() as conn:
+            # A build whose graph does not fit in maintenance_work_mem slows down many times.
+            conn.execute("SET LOCAL maintenance_work_mem = '3GB'")
+            conn.execute("SET LOCAL max_parallel_maintenance_workers = 1")
+        store.put_vectors(user_id, "exchange", [last_id], last_vec[None, :])
+    with store._conn() as conn:
+        conn.execute("ANALYZE")
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ScaleConfig(_Serializable):
+    """One (store, size) run; picklable so it runs in a fresh process."""
+
+    size: int
+    store: str = "sqlite"
+    database_url: str | None = None  # postgres: an empty database (the loader fills it)
+    queries: int = 200
+    clients: int = 0
+    client_queries: int = 50
+    budget: int = 1024
+    dim: int = 384
+    seed: int = 7
+    db_dir: str | None = None
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class ScaleResult(_Serializable):
+    """Figures of one (store, size). Times in ms unless named ``_s``."""
+
+    store: str
+    size: int
+    embedder: str
+    load: LoadStats
+    load_per_s: float
+    disk_bytes: int
+    bytes_per_exchange: float
+    first_recall_ms: float
+    recall_ms: dict[str, float]
+    stage_ms: dict[str, float]
+    answer_rate: float
+    recall_tokens_mean: float
+    clients: int = 0
+    concurrent_ms: dict[str, float] = field(default_factory=dict)
+    concurrent_per_s: float = 0.0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class ScaleReport(_Serializable):
+    results: tuple[ScaleResult, ...]
+    machine: str
+    date: str
+    command: str = ""
+    version: str = ""
+    notes: tuple[str, ...] = ()
+
+
+def _stages(traces: list[dict[str, float]]) -> dict[str, float]:
+    keys = ("embed", "indexes", "fuse", "pack", "total")
+    return {k: round(statistics.median(t.get(k, 0.0) for t in traces), 2) for k in keys}
+
+
+def time_recalls(mem: Any, queries: Sequence[tuple[str, int]], ids: Sequence[str], user_id: str,
+                 budget: int) -> tuple[list[float], list[dict[str, float]], float, float]:
+    """Latencies (ms) of ``mem.recall`` per query, their stage timings, the share of recalls
+    that packed the exchange each query was made from, and the mean tokens."""
+    ms, traces, found, tokens = [], [], 0, 0
+    for q, target in queries:
+        t0 = time.perf_counter()
+        r = mem.recall(q, user_id=user_id, max_tokens=budget)
+        ms.append((time.perf_counter() - t0) * 1000)
+        traces.append(dict(r.trace.timings_ms))
+        found += any(e.id == ids[target] for e in r.exchanges)
+        tokens += r.tokens
+    n = max(1, len(queries))
+    return ms, traces, found / n, tokens / n
+
+
+def _open(cfg: ScaleConfig, path: Path | None, embedder: Embedder) -> Any:
+    from ..memory import Memory
+
+    if cfg.store == "postgres":
+        return Memory(database_url=cfg.database_url, embedder=embedder)
+    return Memory(str(path), embedder=embedder)
+
+
+def _client(cfg: ScaleConfig, path: str | None, queries: list[str], barrier: Any, out: Any) -> None:
+    """One concurrent client process: open its own Memory, warm up, wait for the others, recall."""
+    world = World(cfg.size, cfg.dim, cfg.seed)
+    mem = _open(cfg, Path(path) if path else None, SubjectEmbedder(world))
+    try:
+        for q in queries[:2]:
+            mem.recall(q, user_id="scale", max_tokens=cfg.budget)
+        barrier.wait()
+        start = time.time()
+        ms = []
+        for q in queries:
+            t0 = time.perf_counter()
+            mem.recall(q, user_id="scale", max_tokens=cfg.budget)
+            ms.append((time.perf_counter() - t0) * 1000)
+        out.put((start, time.time(), ms))
+    finally:
+        mem.close()
+
+
+def concurrent_recall(cfg: ScaleConfig, path: str | None, queries: list[str]) -> tuple[list[float], float]:
+    """``cfg.clients`` processes recalling at once, ``cfg.client_queries`` each: every call's
+    latency, and the throughput (recalls per second of wall time, all clients together)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(cfg.clients)
+    out = ctx.Queue()
+    per = cfg.client_queries
+    procs = [ctx.Process(target=_client, args=(cfg, path, [queries[(c * per + j) % len(queries)] for j in range(per)],
+                                               barrier, out))
+             for c in range(cfg.clients)]
+    for p in procs:
+        p.start()
+    try:
+        got = [out.get(timeout=3600) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.terminate()
+    ms = [x for _, _, m in got for x in m]
+    wall = max(e for _, e, _ in got) - min(s for s, _, _ in got)
+    return ms, len(ms) / wall if wall > 0 else 0.0
+
+
+def run_size(cfg: ScaleConfig) -> ScaleResult:
+    """Load one partition, reopen it, time recall (and concurrent recall), return the figures."""
+    if cfg.store not in STORES:
+        raise ConfigError(f"unknown store {cfg.store!r}; choose from {', '.join(STORES)}")
+    if cfg.store == "postgres" and not cfg.database_url:
+        raise ConfigError("the postgres scale run needs a database URL")
+    t_start = time.perf_counter()
+    world = World(cfg.size, cfg.dim, cfg.seed)
+    emb = SubjectEmbedder(world)
+    with tempfile.TemporaryDirectory(prefix="arbormem-scale-", dir=cfg.db_dir) as tmp:
+        path = Path(tmp) / "scale.db"
+        store: Store
+        if cfg.store == "postgres":
+            from ..store.postgres import PostgresStore
+
+            store = PostgresStore(cfg.database_url or "", max_size=2)
+        else:
+            from ..store.sqlite import SQLiteStore
+
+            store = SQLiteStore(path)
+        try:
+            load, h = bulk_load(store, world, cfg.size, n_queries=max(cfg.queries, 2000), seed=cfg.seed,
+                                progress=cfg.progress)
+        finally:
+            store.close()
+        queries = h.queries
+        ids, n_exchanges = h.ids, len(h)
+        del h
+        mem = _open(cfg, path, emb)  # a fresh store: caches start cold, as after a restart
+        try:
+            t0 = time.perf_counter()
+            mem.recall(queries[0][0], user_id="scale", max_tokens=cfg.budget)
+            first = (time.perf_counter() - t0) * 1000
+            for q, _ in queries[1:3]:
+                mem.recall(q, user_id="scale", max_tokens=cfg.budget)
+            _log(cfg.progress, f"{cfg.size:,}: first recall {first:.0f} ms; timing {cfg.queries} recalls")
+            timed = queries[3 : 3 + cfg.queries]
+            ms, traces, answer_rate, tokens = time_recalls(mem, timed, ids, "scale", cfg.budget)
+            if cfg.store == "postgres":
+                with mem.store._conn() as conn:  # type: ignore[attr-defined]
+                    disk = int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
+            else:
+                disk = _db_bytes(path)
+        finally:
+            mem.close()
+        rc = _pcts(ms)
+        _log(cfg.progress, f"{cfg.size:,}: recall p50 {rc['p50']:.1f} ms, p95 {rc['p95']:.1f} ms, "
+                           f"answer found in {answer_rate:.0%}")
+        conc: dict[str, float] = {}
+        conc_rate = 0.0
+        if cfg.clients > 0:
+            _log(cfg.progress, f"{cfg.size:,}: {cfg.clients} concurrent clients x {cfg.client_queries} recalls")
+            cms, conc_rate = concurrent_recall(cfg, str(path), [q for q, _ in queries[3 + cfg.queries :] or queries])
+            conc = _pcts(cms)
+            _log(cfg.progress, f"{cfg.size:,}: concurrent p50 {conc['p50']:.1f} ms, p95 {conc['p95']:.1f} ms, "
+                               f"{conc_rate:.1f} recalls/s")
+    return ScaleResult(
+        store=cfg.store, size=cfg.size, embedder=emb.name, load=load,
+        load_per_s=n_exchanges / load.seconds if load.seconds > 0 else 0.0,
+        disk_bytes=disk, bytes_per_exchange=disk / n_exchanges, first_recall_ms=first,
+        recall_ms=rc, stage_ms=_stages(traces), answer_rate=answer_rate, recall_tokens_mean=tokens,
+        clients=cfg.clients, concurrent_ms=conc, concurrent_per_s=conc_rate,
+        seconds=time.perf_counter() - t_start,
+    )
+
+
+def _child(cfg: ScaleConfig) -> ScaleResult:
+    import signal
+
+    # SIGTERM unwinds normally, so the temporary database is removed, not left behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    return run_size(cfg)
+
+
+def run_scale(configs: Sequence[ScaleConfig], *, isolate: bool = True,
+              prepare: Callable[[ScaleConfig], Iterator[ScaleConfig]] | None = None,
+              on_result: Callable[[ScaleResult], None] | None = None) -> ScaleReport:
+    """Run every config (each in a fresh process with ``isolate``). ``prepare`` may wrap each
+    run, e.g. to create an empty PostgreSQL database before it and drop it after: it yields
+    the config to run."""
+    from contextlib import contextmanager
+
+    from .runner import code_version, machine_description
+
+    @contextmanager
+    def nothing(c: ScaleConfig) -> Iterator[ScaleConfig]:
+        yield c
+
+    wrap = contextmanager(prepare) if prepare is not None else nothing
+    results = []
+    for cfg in configs:
+        with wrap(cfg) as ready:
+            if isolate:
+                import multiprocessing as mp
+                from concurrent.futures import ProcessPoolExecutor
+
+                with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
+                    res = pool.submit(_child, ready).result()
+            else:
+                res = run_size(ready)
+        results.append(res)
+        if on_result is not None:
+            on_result(res)
+    return ScaleReport(results=tuple(results), machine=machine_description(),
+                       date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), version=code_version())
+
+
+def load_scale_report(path: str | Path) -> ScaleReport:
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        results = tuple(ScaleResult(**{**r, "load": LoadStats(**r["load"])}) for r in data["results"])
+        return ScaleReport(results, data["machine"], data["date"], data.get("command", ""),
+                           data.get("version", ""), tuple(data.get("notes", ())))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a scale report: {exc}") from exc
+
+
+def merge_scale(new: ScaleReport, older: Sequence[ScaleReport]) -> ScaleReport:
+    """``new`` plus the (store, size) rows of ``older`` reports it does not repeat, noted."""
+    from dataclasses import replace
+
+    have = {(r.store, r.size) for r in new.results}
+    results, notes = list(new.results), list(new.notes)
+    for rep in older:
+        extra = [r for r in rep.results if (r.store, r.size) not in have]
+        if extra:
+            have.update((r.store, r.size) for r in extra)
+            results.extend(extra)
+            notes.append(f"Rows {', '.join(f'{r.store} {r.size:,}' for r in extra)}: run of {rep.date}, "
+                         f"arbormem {rep.version or '?'}" + (f" (`{rep.command}`)." if rep.command else "."))
+    results.sort(key=lambda r: (STORES.index(r.store) if r.store in STORES else 9, r.size))
+    return replace(new, results=tuple(results), notes=tuple(notes))
+
+
+def scale_markdown(rep: ScaleReport) -> str:
+    """The scale table, with each size's p95 as a multiple of the smallest size's (per store)."""
+    lines = [
+        f"arbormem {rep.version}; embedder `{rep.results[0].embedder if rep.results else '?'}` "
+        f"(synthetic vectors, bulk loader); {rep.machine}; {rep.date}."
+        + (f" Command: `{rep.command}`." if rep.command else ""),
+        "",
+        "| store | exchanges | topics | bulk load s (exchanges/s) | disk bytes / exchange | first recall ms "
+        "| recall p50 / p95 / p99 ms | p95 vs smallest | stages p50 ms: indexes / fuse / pack | answer found "
+        "| concurrent clients: p50 / p95 ms, recalls/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    base: dict[str, float] = {}
+    for r in sorted(rep.results, key=lambda r: (r.store, r.size)):
+        base.setdefault(r.store, r.recall_ms["p95"])
+    for r in rep.results:
+        s = r.stage_ms
+        conc = (f"{r.clients}: {r.concurrent_ms['p50']:.1f} / {r.concurrent_ms['p95']:.1f}, "
+                f"{r.concurrent_per_s:.1f}/s" if r.clients and r.concurrent_ms else "-")
+        lines.append(
+            f"| {r.store} | {r.size:,} | {r.load.topics:,} | {r.load.seconds:,.0f} ({r.load_per_s:,.0f}) "
+            f"| {r.bytes_per_exchange:,.0f} | {r.first_recall_ms:,.0f} "
+            f"| {r.recall_ms['p50']:.1f} / {r.recall_ms['p95']:.1f} / {r.recall_ms['p99']:.1f} "
+            f"| {r.recall_ms['p95'] / base[r.store]:.2f}x | {s['indexes']:.1f} / {s['fuse']:.1f} / {s['pack']:.1f} "
+            f"| {r.answer_rate:.0%} | {conc} |")
+    lines += [""] + [f"- {n}" for n in rep.notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+__all__ = [
+    "STORES", "History", "LoadStats", "ScaleConfig", "ScaleReport", "ScaleResult", "SubjectEmbedder", "World",
+    "build_tree", "bulk_load", "concurrent_recall", "lexical_key", "load_scale_report", "merge_scale",
+    "run_scale", "run_size", "scale_markdown", "subjects_for", "synthesise", "time_recalls",
+]
