@@ -64,12 +64,20 @@ def test_mirror_follows_growth_patches_and_rebuilt_caches() -> None:
     mirror.sync(owner, keys, data, 300, changed=[7, 999])  # rows not mirrored are ignored
     assert {r for r, _ in mirror.search(data[123], 2)} == {7, 123}
     assert len(mirror.index) == 300
+    # row 8 was re-inserted under a new rowid (the largest so far), with a new vector
+    keys = keys.copy()
+    keys[8] = 10_000
+    data[8] = data[200]
+    mirror.sync(owner, keys, data, 300, changed=[8])
+    assert {r for r, _ in mirror.search(data[200], 2)} == {8, 200}
+    assert len(mirror.index) == 300 and mirror.tombstones == 1
     # The cache was rebuilt without rows 0-9 (deleted) and row 20 changed behind our back:
     # the graph is patched key by key, not rebuilt, and rows are renumbered.
     data2 = data[10:].copy()
     data2[10] = clustered(1, dim=32, draw=9)[0]  # the former row 20
     mirror.sync(Owner(), keys[10:], data2, 290)
     assert mirror.rebuilds == 1 and mirror.repaired == 11 and len(mirror.index) == 290
+    assert mirror.search(data2[-1], 1)[0][0] == 289
     assert mirror.search(data2[10], 1) == [(10, pytest.approx(1.0, abs=1e-5))]
     assert all(r < 290 for r, _ in mirror.search(data[0], 300))
     # a cache that lost most rows: cheaper to rebuild than to tombstone

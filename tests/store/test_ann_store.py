@@ -128,6 +128,22 @@ def test_graph_follows_puts_overwrites_and_deletes(db: Path) -> None:
     other.close()
 
 
+def test_partition_shrinking_below_the_threshold_is_searched_exactly(db: Path) -> None:
+    store = SQLiteStore(db, ann_threshold=500)
+    vectors = fill(store, 520)
+    store.vector_search(U, "exchange", QUERIES[0], 10)
+    assert (U, "exchange") in store._ann
+    for item in ids_of(30):
+        store.delete_index("exchange", item)
+        del vectors[item]
+    assert [i for i, _ in store.vector_search(U, "exchange", QUERIES[0], 10)] == exact_top(vectors, QUERIES[0], 10)
+    assert store._ann == {}
+    vectors |= fill(store, 30, start=520, draw=10)  # grows back: the saved graph is caught up
+    assert recall(store, vectors, QUERIES) >= 0.95
+    assert mirror(store).rebuilds == 0 and mirror(store).n == 520
+    store.close()
+
+
 def test_graph_persists_across_reopen_and_catches_up(db: Path) -> None:
     store = SQLiteStore(db, ann_threshold=500)
     vectors = fill(store, 1000)
@@ -259,3 +275,29 @@ def test_sigkill_while_saving_the_graph_leaves_a_working_store(db: Path) -> None
     mirror(final).changes = 1
     final.close()
     assert not list(ann_dir.glob("*.tmp"))
+
+
+def test_large_graph_work_runs_in_the_background(db: Path) -> None:
+    store = SQLiteStore(db, ann_threshold=500)
+    store._ann_background_rows = 1000  # 20k in production: scaled down to the test's size
+    vectors = fill(store, 4000)
+    # the first search starts the build and answers exactly, without waiting for it
+    assert [i for i, _ in store.vector_search(U, "exchange", QUERIES[0], 10)] == exact_top(vectors, QUERIES[0], 10)
+    slot = store._ann[(U, "exchange")]
+    deadline = time.monotonic() + 60
+    while slot.building and time.monotonic() < deadline:
+        assert recall(store, vectors, QUERIES[:2]) == 1.0  # exact meanwhile
+        time.sleep(0.01)
+    assert not slot.building and slot.mirror.n == 4000
+    assert graph_file(db).exists()  # the builder saved it
+    assert recall(store, vectors, QUERIES) >= 0.95
+    # a few new rows are added inline; a big batch goes to the background again
+    vectors |= fill(store, 10, start=4000, draw=7)
+    store.vector_search(U, "exchange", QUERIES[0], 10)
+    assert not slot.building and slot.mirror.n == 4010
+    vectors |= fill(store, 1500, start=4010, draw=8)
+    store.vector_search(U, "exchange", QUERIES[0], 10)
+    while slot.building and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert slot.mirror.n == 5510 and recall(store, vectors, QUERIES) >= 0.95
+    store.close()

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import MigrationError, StoreError
 from ..models import Exchange, Status
-from .ann import ANN_THRESHOLD, AnnIndex, AnnMirror, ann_available
+from .ann import ANN_BACKGROUND_ROWS, ANN_THRESHOLD, AnnIndex, AnnMirror, ann_available
 from .base import MARKS_KEY, ChangeRecord, ExchangeHead, IndexKind, Store, TopicRecord
 from .migrations import SQLITE_MIGRATIONS
 
@@ -80,13 +80,14 @@ class _VecCache:
 class _AnnSlot:
     """The ANN mirror of one (user, kind) partition and the lock serialising its use."""
 
-    __slots__ = ("mirror", "lock", "tried_load", "dropped")
+    __slots__ = ("mirror", "lock", "tried_load", "dropped", "building")
 
     def __init__(self, mirror: AnnMirror) -> None:
         self.mirror = mirror
         self.lock = threading.Lock()
         self.tried_load = False
         self.dropped = False
+        self.building = False  # a background thread holds ``lock`` to build the graph
 
 
 class SQLiteStore(Store):
@@ -106,6 +107,8 @@ class SQLiteStore(Store):
         self.ann_threshold = ann_threshold or 0
         self._ann: dict[tuple[str, str], _AnnSlot] = {}
         self._ann_ok: bool | None = None  # usearch importable, checked on first use
+        # graph work of at least this many rows goes to a background thread
+        self._ann_background_rows = ANN_BACKGROUND_ROWS
         self._ann_dir = (
             None if self.memory
             else Path(self.path).expanduser().resolve().with_name(Path(self.path).name + ".ann")
@@ -551,6 +554,11 @@ class SQLiteStore(Store):
             found = self._ann_search(user_id, kind, cache, query, k)
             if found is not None:
                 return [(cache.ids[i], s) for i, s in found]
+        elif self._ann:
+            # shrunk below the threshold: drop the graph (and stop recording patches for it);
+            # its saved file is checked and caught up if the partition grows back
+            with self._cache_lock:
+                self._ann.pop((user_id, kind), None)
         # einsum, not ``@``: a matrix-vector product through OpenBLAS fans out to every core,
         # and on a busy 2-core machine its spinning threads took 10 ms for 10k x 384 where
         # one thread takes 0.6 ms (the same trap as torch's threads; BENCHMARKS.md).
@@ -572,7 +580,8 @@ class SQLiteStore(Store):
     def _ann_search(
         self, user_id: str, kind: str, cache: _VecCache, query: np.ndarray, k: int
     ) -> list[tuple[int, float]] | None:
-        """(row, exact cosine) of the best ``k`` via the partition's graph; None: search exactly."""
+        """(row, exact cosine) of the best ``k`` via the partition's graph; None: search exactly
+        (usearch missing, or the graph is being built in the background)."""
         if self._ann_ok is None:
             self._ann_ok = ann_available()
             if not self._ann_ok:
@@ -581,37 +590,72 @@ class SQLiteStore(Store):
         if not self._ann_ok:
             return None
         dim = int(query.shape[0])
+        key = (user_id, kind)
         with self._cache_lock:
-            slot = self._ann.get((user_id, kind))
+            if self._cache.get(key) is not cache:
+                return None  # another thread just replaced this cache; it syncs the graph
+            slot = self._ann.get(key)
             if slot is None or slot.mirror.dim != dim:
                 slot = _AnnSlot(AnnMirror(dim))
-                self._ann[(user_id, kind)] = slot
-            # a consistent view of the cache: rows [0, n) and the rows patched since last time
-            keys, matrix, n = cache.rids, cache.matrix, cache.n
-            changed, cache.patched = cache.patched, []
+                self._ann[key] = slot
+        if slot.building:
+            return None
         with slot.lock:
-            mirror = slot.mirror
-            try:
-                if not slot.tried_load and self._ann_dir is not None:
-                    slot.tried_load = True
-                    path, mark = self._ann_path(user_id, kind)
-                    if not mirror.load(path, mark) and path.exists():
-                        log.warning("ANN graph %s is unusable (torn, corrupt or foreign): "
-                                    "rebuilding it from the stored vectors", path)
-                mirror.sync(cache, keys, matrix, n, changed)
-                found = mirror.search(query, k)
-            except (RuntimeError, ValueError, MemoryError) as exc:
-                # the graph is only an accelerator: drop it and answer exactly
-                log.warning("ANN search failed, answering exactly: %s", exc)
-                with self._cache_lock:
-                    if self._ann.get((user_id, kind)) is slot:
-                        del self._ann[(user_id, kind)]
+            if slot.building:  # started while we waited for the lock
                 return None
-            # Save after a build and then every 10% of growth (and at close): a crash costs
-            # the rows added since, which the next load adds back.
-            if mirror.changes and mirror.changes * 10 >= mirror.n:
-                self._save_slot(user_id, kind, slot)
-        return found
+            with self._cache_lock:
+                # a consistent view of the cache: rows [0, n) and the rows patched since
+                snap = (cache, cache.rids, cache.matrix, cache.n, cache.patched)
+                cache.patched = []
+            work = slot.mirror.pending(cache, snap[3])
+            if work >= self._ann_background_rows or (
+                    not slot.tried_load and snap[3] >= self._ann_background_rows):
+                # Building (or loading and checking) a large graph takes seconds to minutes:
+                # do it aside and answer exactly meanwhile, rather than stall this recall.
+                slot.building = True
+                threading.Thread(target=self._ann_build, args=(user_id, kind, slot, snap),
+                                 name=f"arbormem-ann-{kind}", daemon=True).start()
+                return None
+            try:
+                self._ann_sync(user_id, kind, slot, snap)
+                return slot.mirror.search(query, k)
+            except (RuntimeError, ValueError, MemoryError) as exc:
+                self._ann_drop(key, slot, exc)
+                return None
+
+    def _ann_sync(self, user_id: str, kind: str, slot: _AnnSlot, snap: tuple[Any, ...]) -> None:
+        """Load the saved graph on first use, bring it up to ``snap``; save when due. Under
+        ``slot.lock``."""
+        mirror = slot.mirror
+        if not slot.tried_load and self._ann_dir is not None:
+            slot.tried_load = True
+            path, mark = self._ann_path(user_id, kind)
+            if not mirror.load(path, mark) and path.exists():
+                log.warning("ANN graph %s is unusable (torn, corrupt or foreign): "
+                            "rebuilding it from the stored vectors", path)
+        slot.tried_load = True
+        owner, keys, matrix, n, changed = snap
+        mirror.sync(owner, keys, matrix, n, changed)
+        # Save after a build and then every 10% of growth (and at close): a crash costs the
+        # rows added since, which the next load adds back.
+        if mirror.changes and mirror.changes * 10 >= mirror.n:
+            self._save_slot(user_id, kind, slot)
+
+    def _ann_build(self, user_id: str, kind: str, slot: _AnnSlot, snap: tuple[Any, ...]) -> None:
+        try:
+            with slot.lock:
+                self._ann_sync(user_id, kind, slot, snap)
+        except (RuntimeError, ValueError, MemoryError, OSError) as exc:
+            self._ann_drop((user_id, kind), slot, exc)
+        finally:
+            slot.building = False
+
+    def _ann_drop(self, key: tuple[str, str], slot: _AnnSlot, exc: BaseException) -> None:
+        # the graph is only an accelerator: forget it and answer exactly (rebuilt on next use)
+        log.warning("ANN graph of %s failed, searching exactly: %s", key[1], exc)
+        with self._cache_lock:
+            if self._ann.get(key) is slot:
+                del self._ann[key]
 
     def _save_slot(self, user_id: str, kind: str, slot: _AnnSlot) -> None:
         if self._ann_dir is None or slot.dropped:
@@ -626,6 +670,8 @@ class SQLiteStore(Store):
         with self._cache_lock:
             slots = list(self._ann.items())
         for (user_id, kind), slot in slots:
+            if slot.building:  # the builder saves when done; do not wait for it
+                continue
             with slot.lock:
                 if slot.mirror.changes and (force or slot.mirror.changes * 10 >= slot.mirror.n):
                     self._save_slot(user_id, kind, slot)
