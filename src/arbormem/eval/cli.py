@@ -145,7 +145,7 @@ def _postgres(store: str, database_url: str | None,
 
     # Server flags for bulk loads: room for a 1M-row HNSW build, no checkpoint storms.
     server = EmbeddedPostgres(db_dir, options="-c shared_buffers=1GB -c max_wal_size=8GB "
-                                              "-c maintenance_work_mem=3GB")
+                                              "-c maintenance_work_mem=6GB")
     url = server.start()
     click.echo(f"started a throw-away PostgreSQL server at {url}", err=True)
 

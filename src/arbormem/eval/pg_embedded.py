@@ -80,7 +80,9 @@ class EmbeddedPostgres:
                               timeout=timeout, cwd=self.root, **kwargs)  # type: ignore[call-overload]
         if proc.returncode != 0:
             log = self.log.read_text() if self.log.exists() else ""
-            raise ConfigError(f"{args[0]} failed ({proc.returncode}): {proc.stderr.strip()}\n{log[-2000:]}")
+            hint = (f"\n(under root the server runs as {_SYSTEM_USER!r}, which must be able to reach "
+                    f"{self.root}: every parent folder needs o+x)") if self._run_as and "denied" in proc.stderr else ""
+            raise ConfigError(f"{args[0]} failed ({proc.returncode}): {proc.stderr.strip()}{hint}\n{log[-2000:]}")
 
     def start(self) -> str:
         if hasattr(os, "geteuid") and os.geteuid() == 0:

@@ -459,8 +459,9 @@ def _build_pg_index(store: Any, user_id: str, last_id: str, last_vec: np.ndarray
     picks the HNSW scan over the exact sort for the big partition)."""
     with store.transaction(user_id):
         with store._conn() as conn:
-            # A build whose graph does not fit in maintenance_work_mem slows down many times.
-            conn.execute("SET LOCAL maintenance_work_mem = '3GB'")
+            # A build whose graph does not fit in maintenance_work_mem slows down many times
+            # (1M 384-d vectors plus topics need ~3 GB: pgvector allocates only what it uses).
+            conn.execute("SET LOCAL maintenance_work_mem = '6GB'")
             conn.execute("SET LOCAL max_parallel_maintenance_workers = 1")
         store.put_vectors(user_id, "exchange", [last_id], last_vec[None, :])
     with store._conn() as conn:
