@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -126,6 +127,41 @@ def test_graph_follows_puts_overwrites_and_deletes(db: Path) -> None:
     assert len(mirror(store).index) == len(vectors) == mirror(store).n
     store.close()
     other.close()
+
+
+def test_searches_from_threads_while_writing(db: Path) -> None:
+    store = SQLiteStore(db, ann_threshold=500)
+    vectors = fill(store, 1000)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def search() -> None:
+        try:
+            while not stop.is_set():
+                for q in QUERIES[:5]:
+                    hits = store.vector_search(U, "exchange", q, 10)
+                    assert len(hits) == 10
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=search) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for b in range(10):
+        vectors |= fill(store, 30, start=1000 + 30 * b, draw=20 + b)
+        store.put_vectors(U, "exchange", [f"e{b}"], QUERIES[10 + b][None, :])
+        vectors[f"e{b}"] = QUERIES[10 + b]
+        store.delete_index("exchange", f"e{100 + b}")
+        del vectors[f"e{100 + b}"]
+    stop.set()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert recall(store, vectors, QUERIES) >= 0.95
+    for b in range(10):
+        assert store.vector_search(U, "exchange", QUERIES[10 + b], 1)[0][0] == f"e{b}"
+    assert len(mirror(store).index) == len(vectors)
+    store.close()
 
 
 def test_partition_shrinking_below_the_threshold_is_searched_exactly(db: Path) -> None:
