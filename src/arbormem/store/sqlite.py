@@ -665,6 +665,8 @@ class SQLiteStore(Store):
             slot.mirror.save(path, mark)
         except (OSError, RuntimeError) as exc:
             log.warning("could not save the ANN graph %s (it is rebuilt when needed): %s", path, exc)
+        if slot.dropped:  # the user was deleted while we wrote: leave none of their vectors
+            AnnIndex.discard(path)
 
     def _save_ann(self, force: bool = False) -> None:
         with self._cache_lock:
@@ -748,8 +750,9 @@ class SQLiteStore(Store):
                 del self._cache[key]
             dropped = [self._ann.pop(key) for key in [k for k in self._ann if k[0] == user_id]]
         for slot in dropped:
-            with slot.lock:
-                slot.dropped = True
+            # not under slot.lock: a background build may hold it for minutes; a save racing
+            # with this sees the flag after writing and removes its file (``_save_slot``)
+            slot.dropped = True
         if self._ann_dir is not None:
             for kind in _ROWS:  # the graph files hold (quantised) vectors of the user
                 AnnIndex.discard(self._ann_path(user_id, kind)[0])
