@@ -274,6 +274,18 @@ def test_text_search_is_case_and_accent_insensitive(store: Store) -> None:
         assert [h[0] for h in store.text_search("u", "exchange", [term], 5)] == ["e_u_1"], term
 
 
+def test_text_search_matches_word_forms(store: Store) -> None:
+    # Porter stemming on both stores: the question says "research", the turn "Researching".
+    store.insert_exchange(ex("u", 1, "Researching adoption agencies"))
+    store.put_text("u", "exchange", "e_u_1", "Researching adoption agencies")
+    store.insert_exchange(ex("u", 2, "we went camping twice"))
+    store.put_text("u", "exchange", "e_u_2", "we went camping twice")
+    for term in ("research", "researched", "agency", "camp", "camps"):
+        assert [h[0] for h in store.text_search("u", "exchange", [term], 5)][:1] in (["e_u_1"], ["e_u_2"]), term
+    assert store.text_search("u", "exchange", ["adopt"], 5)[0][0] == "e_u_1"
+    assert store.text_search("u", "exchange", ["pottery"], 5) == []
+
+
 def test_text_index_replace_and_partitioning(store: Store) -> None:
     store.insert_exchange(ex("u", 1))
     store.insert_exchange(ex("v", 1))

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from arbormem.errors import MigrationError, StoreError, ValidationError
+from arbormem.store.pg_migrations import PG_MIGRATIONS
 from arbormem.store.postgres import PostgresStore, _redact
 
 from .test_contract import ex, topic, unit
@@ -53,11 +54,30 @@ def test_concurrent_first_opens_migrate_once(pg_database: str) -> None:
     try:
         assert errors == [] and len(stores) == 4
         with psycopg.connect(pg_database) as conn:
-            assert conn.execute("SELECT count(*) FROM arbormem_schema_migrations").fetchone()[0] == 1
+            assert conn.execute("SELECT count(*) FROM arbormem_schema_migrations").fetchone()[0] == len(PG_MIGRATIONS)
         assert "s3cr3t" not in repr(stores[0]) and "PostgresStore(" in repr(stores[0])
     finally:
         for s in stores:
             s.close()
+
+
+def test_version_2_restems_a_version_1_text_index(pg_database: str) -> None:
+    store = PostgresStore(pg_database)
+    store.insert_exchange(ex("u", 1, "Researching adoption agencies"))
+    store.put_text("u", "exchange", "e_u_1", "Researching adoption agencies")
+    store.close()
+    # Put the database back to schema version 1: unstemmed tokens, migration 2 not applied.
+    with psycopg.connect(pg_database) as conn:
+        conn.execute("UPDATE arbormem_text SET tsv = 'researching:1 adoption:2 agencies:3'::tsvector")
+        conn.execute("DELETE FROM arbormem_schema_migrations WHERE version = 2")
+    store = PostgresStore(pg_database)
+    try:
+        assert [h[0] for h in store.text_search("u", "exchange", ["research"], 5)] == ["e_u_1"]
+        with psycopg.connect(pg_database) as conn:
+            tsv = conn.execute("SELECT tsv::text FROM arbormem_text").fetchone()[0]
+        assert tsv == "'adopt':2 'agenc':3 'research':1"
+    finally:
+        store.close()
 
 
 def test_newer_schema_is_refused(pg_database: str) -> None:

@@ -11,7 +11,11 @@ known at the first ``put_vectors`` (see ``PostgresStore._ensure_vector_index``).
 
 from __future__ import annotations
 
-PG_MIGRATIONS: list[tuple[int, str, str]] = [
+from collections.abc import Callable
+from typing import Any
+
+# (version, name, SQL script or a Python step called with the migration's connection)
+PG_MIGRATIONS: list[tuple[int, str, str | Callable[[Any], None]]] = [
     (
         1,
         "initial schema",
@@ -126,4 +130,16 @@ PG_MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX arbormem_changes_user_target ON arbormem_changes (user_id, target_id, rid);
         """,
     ),
+    (
+        2,
+        "stemmed lexical index (porter)",
+        # Python, because arbormem builds the tokens itself (postgres.tokens).
+        lambda conn: _restem(conn),
+    ),
 ]
+
+
+def _restem(conn: Any) -> None:
+    from .postgres import restem_text_index  # postgres.py imports this module
+
+    restem_text_index(conn)

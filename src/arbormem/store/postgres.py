@@ -30,7 +30,8 @@ Design, and why:
   for small partitions PostgreSQL's planner prefers the ``(user_id, kind, dim)`` btree and an
   exact sort, for big ones the approximate HNSW scan (results are re-sorted exactly).
 * **Lexical search**: a ``tsvector`` + GIN index, with tokens made by arbormem (Unicode words,
-  lower-cased, diacritics stripped — FTS5 ``unicode61``'s rules) rather than a server text
+  lower-cased, diacritics stripped, English words Porter-stemmed — FTS5's ``porter unicode61``
+  rules) rather than a server text
   search configuration, so results do not depend on the server locale or language. Ranking
   is BM25 (k1=1.2, b=0.75, Lucene's idf) from stored term positions and per-(user, kind)
   document stats. Every posting of a term found in at most ``_POSTINGS_CAP`` documents is
@@ -51,6 +52,7 @@ the pool runs background threads.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -109,11 +111,43 @@ def _import_psycopg() -> Any:
     return psycopg
 
 
+@functools.lru_cache(maxsize=1)
+def _porter() -> Any:
+    try:
+        import snowballstemmer
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise StoreError(f"PostgreSQL support needs snowballstemmer: pip install 'arbormem[postgres]' ({exc})") from exc
+    return snowballstemmer.stemmer("porter")
+
+
+@functools.lru_cache(maxsize=100_000)
+def _stem(word: str) -> str:
+    # Porter's original algorithm, as FTS5's porter tokenizer in the SQLite store, and only
+    # for ASCII words like FTS5 (the rules are English; other scripts pass through).
+    # Words of one or two letters stay as they are ("s" would stem to nothing).
+    if len(word) < 3 or not (word.isascii() and word.isalpha()):
+        return word
+    return str(_porter().stemWord(word)) or word
+
+
 def tokens(text: str) -> list[str]:
-    """Index tokens: Unicode letter/digit runs, lower-cased, diacritics removed."""
+    """Index tokens: Unicode letter/digit runs, lower-cased, diacritics removed, English words
+    Porter-stemmed (schema version 2; the SQLite store's FTS5 tokenizer does the same)."""
     folded = unicodedata.normalize("NFKD", text.lower())
     folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
-    return [w for w in _WORD.findall(folded) if len(w) <= _MAX_LEXEME]
+    return [_stem(w) for w in _WORD.findall(folded) if len(w) <= _MAX_LEXEME]
+
+
+def restem_text_index(conn: Any) -> None:
+    """Schema version 2: rebuild every stored tsvector with stemmed tokens (token counts, and
+    so the BM25 statistics, do not change). Runs inside the migration transaction."""
+    rows = conn.execute("SELECT kind, item_id, body FROM arbormem_text").fetchall()
+    with conn.cursor() as cur:
+        for i in range(0, len(rows), 1000):
+            cur.executemany(
+                "UPDATE arbormem_text SET tsv = %s::tsvector WHERE kind = %s AND item_id = %s",
+                [(_tsvector_literal(tokens(body)), kind, item_id) for kind, item_id, body in rows[i : i + 1000]],
+            )
 
 
 def _tsvector_literal(toks: list[str]) -> str:
@@ -218,10 +252,13 @@ class PostgresStore(Store):
                         f"database has arbormem schema versions {sorted(done - known)} unknown "
                         "to this arbormem; upgrade arbormem"
                     )
-                for version, name, sql in PG_MIGRATIONS:
+                for version, name, step in PG_MIGRATIONS:
                     if version in done:
                         continue
-                    conn.execute(sql)
+                    if callable(step):  # a data migration, written in Python
+                        step(conn)
+                    else:
+                        conn.execute(step)
                     conn.execute(
                         "INSERT INTO arbormem_schema_migrations (version, name) VALUES (%s, %s)",
                         (version, name),
