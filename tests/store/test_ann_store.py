@@ -256,6 +256,19 @@ def test_graph_stale_after_changes_behind_its_back(db: Path) -> None:
     assert recall(again, vectors, QUERIES) >= 0.95
     again.close()
 
+    # most vectors re-embedded behind its back (another model): cheaper to rebuild than patch
+    fresh = clustered(1000, dim=DIM, centres=40, draw=11)
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.executemany("UPDATE vectors SET vec = ? WHERE item_id = ?",
+                         [(v.tobytes(), f"e{i}") for i, v in enumerate(fresh) if f"e{i}" in vectors])
+    conn.close()
+    vectors = {i: (fresh[int(i[1:])] if i != "x" else v) for i, v in vectors.items()}
+    third = SQLiteStore(db, ann_threshold=500)
+    assert recall(third, vectors, QUERIES) >= 0.95
+    assert mirror(third).rebuilds == 1
+    third.close()
+
 
 def test_delete_user_removes_the_graph_files(db: Path) -> None:
     store = SQLiteStore(db, ann_threshold=500)
@@ -266,6 +279,27 @@ def test_delete_user_removes_the_graph_files(db: Path) -> None:
     assert store.vector_search(U, "exchange", QUERIES[0], 10) == []
     store.close()
     assert list((db.parent / (db.name + ".ann")).iterdir()) == []
+
+
+def test_without_usearch_the_store_stays_exact(db: Path) -> None:
+    store = SQLiteStore(db, ann_threshold=None)
+    vectors = fill(store, 600)
+    store.close()
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["usearch"] = sys.modules["usearch.index"] = None  # as if not installed
+        import numpy as np
+        from arbormem.store.sqlite import SQLiteStore
+        store = SQLiteStore(sys.argv[1], ann_threshold=100)
+        q = np.frombuffer(bytes.fromhex(sys.argv[2]), dtype=np.float32)
+        print(" ".join(i for i, _ in store.vector_search("alice", "exchange", q, 10)))
+        assert store._ann == {}
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", script, str(db), QUERIES[0].tobytes().hex()],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == exact_top(vectors, QUERIES[0], 10)
+    assert "usearch is not installed" in out.stderr
 
 
 CHILD = textwrap.dedent("""
