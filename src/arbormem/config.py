@@ -52,7 +52,7 @@ class RecallSettings(BaseModel):
     candidates: int = 200
     # Weights measured on the LoCoMo development split with `arbormem eval locomo` and the
     # ranking ablation in docs/recall.md; all are generic signals, none refers to the data.
-    lexical_weight: float = 0.7    # fused = z(dense) + w * z(BM25)
+    lexical_weight: float = 1.0    # fused = z(dense) + w * z(BM25) (0.7 before stemming)
     neighbour_weight: float = 0.3  # + w * the best adjacent same-session exchange's score
     neighbours: int = 40           # strongest hits whose missing neighbours are fetched
     topic_lift: float = 0.5        # + lift * the exchange's topic relevance (0..1)

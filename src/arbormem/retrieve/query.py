@@ -62,7 +62,16 @@ def analyse(query: str, now: datetime | None) -> QueryAnalysis:
         day0 = now.replace(hour=0, minute=0, second=0, microsecond=0)
         year_m = re.search(r"\b(19|20)(\d\d)\b", low)
         year = int(year_m.group(0)) if year_m else None
+        day = _full_date(low, year, now)
+        if day is not None:
+            # A dated mention ("as mentioned on 3 June, 2023", "the weekend before April 10,
+            # 2023") is about that day or the days just before it: a week up to the day.
+            d = datetime(day[0], day[1], day[2], tzinfo=tz)
+            rng = (d - timedelta(days=7), d + timedelta(days=1))
+            notes.append(f"day {d.date().isoformat()}")
         for i, w in enumerate(words):
+            if rng is not None:
+                break
             if w in MONTHS and not (w == "may" and not _may_is_month(words, i)):
                 month = MONTHS[w]
                 y = year or (now.year if month <= now.month else now.year - 1)
@@ -97,6 +106,32 @@ def analyse(query: str, now: datetime | None) -> QueryAnalysis:
                 notes.append("relative time")
     return QueryAnalysis(text=query, terms=tuple(terms(query)), names=names, time_range=rng,
                          asks_when=asks_when, notes=tuple(notes))
+
+
+_MONTH_RE = "|".join(sorted(MONTHS, key=len, reverse=True))
+_DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?(?: of)? ({_MONTH_RE})\b\.?,?(?: (\d{{4}}))?")
+_MONTH_DAY = re.compile(rf"\b({_MONTH_RE})\.? (\d{{1,2}})(?:st|nd|rd|th)?\b,?(?: (\d{{4}}))?")
+
+
+def _full_date(low: str, year: int | None, now: datetime) -> tuple[int, int, int] | None:
+    """(year, month, day) of a date written with a day and a month ("3 June, 2023", "April
+    10", "10th of May 2023"); without a year, the last such day up to ``now``."""
+    for m in (_DAY_MONTH.search(low), _MONTH_DAY.search(low)):
+        if m is None:
+            continue
+        if m.re is _DAY_MONTH:
+            d, mon, y = m.group(1), m.group(2), m.group(3)
+        else:
+            mon, d, y = m.group(1), m.group(2), m.group(3)
+        yy = int(y) if y else year
+        if yy is None:
+            yy = now.year if (MONTHS[mon], int(d)) <= (now.month, now.day) else now.year - 1
+        try:
+            datetime(yy, MONTHS[mon], int(d))
+        except ValueError:
+            continue
+        return yy, MONTHS[mon], int(d)
+    return None
 
 
 def _may_is_month(words: list[str], i: int) -> bool:
