@@ -10,7 +10,9 @@ and reports every disagreement as a typed ``Problem``:
   children; inner spans cover the children's; parents exist; one root; no cycles; fan-out
   within ``max_children``; every leaf at the same depth;
 - every completed exchange has exactly one vector and one full-text entry, and no index entry
-  points to a missing row or to a pending or failed exchange.
+  points to a missing row or to a pending or failed exchange; a merged topic's alias vectors
+  (``<topic>~<part>``, organize/consolidate.py) belong to a leaf that lists the part, and
+  every listed part has one.
 
 ``repair_user`` rebuilds all derived data of a user from the transcript in one transaction:
 the tree is placed again exchange by exchange (as the write path would), stored vectors are
@@ -119,9 +121,9 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
     ).fetchall()
     topics = {
         r[0]: {"rid": r[1], "kind": r[2], "parent": r[3], "start": r[4], "end": r[5], "size": r[6],
-               "user": r[7]}
+               "user": r[7], "meta": r[8]}
         for r in conn.execute(
-            "SELECT id, rid, kind, parent_id, start_seq, end_seq, size, user_id FROM topics "
+            "SELECT id, rid, kind, parent_id, start_seq, end_seq, size, user_id, meta FROM topics "
             "WHERE user_id = ?", (user_id,),
         )
     }
@@ -195,6 +197,15 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
         bad("tree", user_id, f"leaves at different depths {sorted(leaf_depths)}")
 
     # -- vectors ----------------------------------------------------------------------------
+    from .organize.consolidate import ALIASES, alias_id, alias_owner, is_alias
+
+    def aliases_of(tid: str, t: dict[str, Any]) -> set[str]:
+        if ALIASES not in t["meta"]:  # skips parsing the meta of every unmerged topic
+            return set()
+        parts = json.loads(t["meta"]).get(ALIASES) or []
+        return {alias_id(tid, str(p)) for p in parts}
+
+    have_alias: set[str] = set()
     by_id = {r[1]: r for r in ex_rows}
     dims: set[int] = set()
     have_vec: set[str] = set()
@@ -209,8 +220,20 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
             elif ex[3] != "completed":
                 bad("status", item_id, f"{ex[3]} exchange has a vector")
             have_vec.add(item_id)
+        elif is_alias(item_id):
+            # A merged topic's part (organize/consolidate.py): valid while the survivor is a
+            # leaf that lists the part.
+            owner = topics.get(alias_owner(item_id))
+            if owner is None or owner["kind"] != "topic":
+                bad("vector", item_id, "alias vector of a missing topic")
+            elif item_id not in aliases_of(alias_owner(item_id), owner):
+                bad("vector", item_id, "alias vector of a part its topic does not list")
+            have_alias.add(item_id)
         elif item_id not in topics or topics[item_id]["kind"] == "root":
             bad("vector", item_id, "vector of a missing topic")
+    for tid, t in topics.items():
+        for a in aliases_of(tid, t) - have_alias:
+            bad("vector", a, f"topic {tid} lists a part with no alias vector")
     if len(dims) > 1:
         bad("vector", user_id, f"vectors of several dimensions {sorted(dims)}")
     for r in completed:

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 
 from arbormem import Memory
+from arbormem.organize.consolidate import ALIASES, alias_id, alias_owner, is_alias
 from arbormem.text import terms
 from tests.conftest import chat
 from tests.support.postgres import pg_database, pg_url  # noqa: F401  (fixtures)
@@ -84,10 +85,14 @@ def check_tree(mem: Memory, uid: str) -> dict[str, int]:
             assert r.id in recs[other].meta.get("links", []), "links must be both ways"
     assert root.size == len(completed)
     assert len(depths) <= 1, "every topic sits at the same depth"
-    # Every topic and theme is in both indexes, and nothing else is.
+    # Every topic and theme is in both indexes, and nothing else is but the aliases of merged
+    # topics' parts, exactly those their topics list.
     nodes = [r for r in recs.values() if r.kind != "root"]
-    indexed = {i for i, _ in store.vector_search(uid, "topic", nodes[0].centroid(), len(nodes) + 50)}
-    assert indexed <= {r.id for r in nodes}, "a removed topic is still in the vector index"
+    aliases = {alias_id(r.id, p) for r in recs.values() for p in r.meta.get(ALIASES, [])}
+    assert all(recs[alias_owner(a)].kind == "topic" for a in aliases), "only leaves have parts"
+    indexed = {i for i, _ in store.vector_search(uid, "topic", nodes[0].centroid(), len(nodes) + len(aliases) + 50)}
+    assert {i for i in indexed if is_alias(i)} == aliases, "alias entries differ from the parts listed"
+    assert indexed - aliases <= {r.id for r in nodes}, "a removed topic is still in the vector index"
     assert set(store.get_vectors(uid, "topic", [r.id for r in nodes])) == {r.id for r in nodes}
     for r in nodes:
         top = [i for i, _ in store.vector_search(uid, "topic", r.centroid(), 4)]

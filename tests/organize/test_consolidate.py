@@ -11,11 +11,14 @@ from arbormem import Memory
 from arbormem.embed.testing import HashEmbedder
 from arbormem.errors import StateError
 from arbormem.organize.consolidate import (
+    ALIASES,
     ConsolidationOptions,
     Thresholds,
+    alias_id,
     is_trivial,
     marks,
     near_duplicate_text,
+    resolve_topic_hits,
     thresholds_for,
 )
 from tests.conftest import chat
@@ -295,9 +298,15 @@ def test_consolidation_and_undo_on_postgresql(pg_database: str) -> None:
     before = {t.id: t.size for t in mem.topics(user_id="u") if t.kind == "topic"}
     report = mem.consolidate("u")
     assert report.merged > 0
-    check_tree(mem, "u")
+    check_tree(mem, "u")  # alias entries of merged topics (pgvector rows) match the parts listed
+    merged = next(r for r in mem.store.list_topics("u") if r.meta.get(ALIASES))
+    part = merged.meta[ALIASES][-1]
+    hits = mem.store.vector_search("u", "topic", mem.store.get_vectors("u", "topic", [alias_id(merged.id, part)])[
+        alias_id(merged.id, part)], 5)
+    assert resolve_topic_hits(hits)[0][0] == merged.id
     for c in [c for c in mem.store.list_changes("u", limit=1000) if c.action == "merge"]:
         mem.undo(c.id, user_id="u")
     check_tree(mem, "u")
+    assert not any(r.meta.get(ALIASES) for r in mem.store.list_topics("u"))
     assert {t.id: t.size for t in mem.topics(user_id="u") if t.kind == "topic"} == before
     mem.close()

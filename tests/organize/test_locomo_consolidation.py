@@ -64,15 +64,11 @@ def test_recall_after_consolidation_is_at_least_as_high(tmp_path: Path) -> None:
     print(f"\nLoCoMo dev ({len(FILES)} files, {time.perf_counter() - t0:.0f}s): {out}")
     rec = out["recall"]
     assert isinstance(rec, dict)
-    # The issue asks for "at least as high". Measured 2026-11-29 (3 dev files, 383 questions):
-    # equal or higher at 1,024; at 2,048 one question flips (a merge dilutes the merged topic's
-    # centroid, so the retriever's topic lift moves one evidence turn from rank 11 to 16; see
-    # docs/consolidation.md). Until retrieval scores merged topics by their parts, the check
-    # allows at most one question's worth of evidence recall below "before", and no more.
-    n = out["questions"]
-    assert isinstance(n, int)
+    # The issue asks for "at least as high", and that is what is checked: a merged topic is
+    # scored by its best part (alias centroids), so a merge no longer dilutes its topic lift
+    # (it cost one question at 2,048 before the aliases; docs/consolidation.md).
     for b in BUDGETS:
-        assert rec[f"after@{b}"] >= rec[f"before@{b}"] - 1.0 / n, f"consolidation lowered recall at {b} tokens"
+        assert rec[f"after@{b}"] >= rec[f"before@{b}"], f"consolidation lowered recall at {b} tokens"
 
 
 if __name__ == "__main__":  # pragma: no cover

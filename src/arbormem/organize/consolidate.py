@@ -315,6 +315,126 @@ def _set_links(rec: TopicRecord, links: Iterable[str]) -> None:
         rec.meta.pop("links", None)
 
 
+# -- aliases: a merged topic is found by its best part ------------------------------------------
+# A merged topic's centroid is the mean of its parts, so for a query about one part it scores
+# lower than that part did alone (on LoCoMo this cost one question at 2,048 tokens). So each
+# part's centroid stays in the topic vector index under an alias id that names the survivor,
+# ``<survivor>~<part>``: recall maps an alias hit to its survivor with no database lookup
+# (``resolve_topic_hits``) and the topic scores as its best part. The parts (the survivor's own
+# pre-merge content included) are listed in the survivor's ``meta["aliases"]``.
+#
+# Only vectors: both stores index a topic's text only while a topic row of that id exists
+# (SQLite keys the full-text row by the topic's rowid), and the survivor's own keywords and
+# summary are recomputed from all its exchanges anyway.
+ALIAS_SEP = "~"
+ALIASES = "aliases"
+
+
+def alias_id(survivor_id: str, part_id: str) -> str:
+    """The topic-index id under which ``survivor_id`` keeps the centroid of one of its parts."""
+    return f"{survivor_id}{ALIAS_SEP}{part_id}"
+
+
+def alias_owner(item_id: str) -> str:
+    """The topic an index id stands for: the survivor for an alias, else the id itself."""
+    return item_id.split(ALIAS_SEP, 1)[0]
+
+
+def is_alias(item_id: str) -> bool:
+    return ALIAS_SEP in item_id
+
+
+def resolve_topic_hits(ranked: Sequence[tuple[str, float]]) -> list[tuple[str, float, int]]:
+    """Topic index hits (best first) as ``(topic id, best score, rank)``: alias hits mapped to
+    their survivors, each topic once, at the rank of its best part.
+
+    Ranks count every part as if it were still a topic of its own, and a merged topic whose
+    parts were found is represented by them, not by its mean centroid: so for rank-based
+    fusion a merge changes nothing but that the parts now lift one topic. (Dropping the
+    absorbed part's slot would move every topic below it up one rank; on LoCoMo that alone
+    moved evidence across the budget edge.)"""
+    parted = {alias_owner(i) for i, _ in ranked if is_alias(i)}
+    out: list[tuple[str, float, int]] = []
+    seen: set[str] = set()
+    rank = 0
+    for item, score in ranked:
+        if item in parted:
+            continue  # the merged topic's mean centroid, when its parts are in the list
+        tid = alias_owner(item)
+        if tid not in seen:
+            seen.add(tid)
+            out.append((tid, score, rank))
+        rank += 1
+    return out
+
+
+def drop_aliases(store: Store, rec: TopicRecord) -> None:
+    """Remove a topic's alias entries (when an exchange leaves it: the parts' centroids would
+    be stale, and a deleted exchange must leave nothing derived from it behind). The caller
+    writes ``rec``; the topic then scores by its own centroid, as any topic does."""
+    for part in rec.meta.pop(ALIASES, None) or ():
+        store.delete_index("topic", alias_id(rec.id, part))
+
+
+def _move_aliases(store: Store, user_id: str, src: str, dst: str, parts: Sequence[str]) -> list[str]:
+    """Re-key the alias vectors of ``parts`` from topic ``src`` to topic ``dst``; returns the
+    parts whose vector existed (and moved)."""
+    if not parts:
+        return []
+    old = store.get_vectors(user_id, "topic", [alias_id(src, p) for p in parts])
+    for p in parts:
+        store.delete_index("topic", alias_id(src, p))
+    kept = [p for p in parts if alias_id(src, p) in old]
+    if kept:
+        store.put_vectors(user_id, "topic", [alias_id(dst, p) for p in kept],
+                          np.stack([old[alias_id(src, p)] for p in kept]))
+    return kept
+
+
+def _alias_merge(store: Store, survivor: TopicRecord, absorbed: TopicRecord) -> None:
+    """Before ``survivor`` absorbs ``absorbed`` (both still unchanged): index the parts of the
+    merged topic under the survivor's aliases."""
+    uid = survivor.user_id
+    parts = list(survivor.meta.get(ALIASES, []))
+    fresh: dict[str, np.ndarray] = {}
+    own = survivor.centroid()
+    if not parts and own is not None:  # first merge: the survivor's own content is a part
+        fresh[survivor.id] = own
+    # A topic that was itself a survivor hands over its parts, not its mean.
+    moved = _move_aliases(store, uid, absorbed.id, survivor.id, list(absorbed.meta.get(ALIASES, [])))
+    other = absorbed.centroid()
+    if not moved and other is not None:
+        fresh[absorbed.id] = other
+    if fresh:
+        store.put_vectors(uid, "topic", [alias_id(survivor.id, p) for p in fresh], np.stack(list(fresh.values())))
+    out = list(dict.fromkeys([*parts, *fresh, *moved]))
+    if out:
+        survivor.meta[ALIASES] = out
+
+
+def _alias_unmerge(store: Store, survivor: TopicRecord, restored: TopicRecord, snap_meta: Mapping[str, Any]) -> None:
+    """On undo: the restored topic takes its parts back (under its own aliases, if it was a
+    survivor itself); the survivor drops its aliases once only its own part is left."""
+    uid = survivor.user_id
+    theirs = list(snap_meta.get(ALIASES, []))
+    if theirs:
+        kept = _move_aliases(store, uid, survivor.id, restored.id, theirs)
+    else:
+        store.delete_index("topic", alias_id(survivor.id, restored.id))
+        kept = []
+    if kept:
+        restored.meta[ALIASES] = kept
+    else:
+        restored.meta.pop(ALIASES, None)
+    gone = set(theirs) | {restored.id}
+    rest = [p for p in survivor.meta.get(ALIASES, []) if p not in gone]
+    if set(rest) <= {survivor.id}:
+        # Unmerged back to one part: its own centroid (rewritten by the flush) says it all.
+        drop_aliases(store, survivor)
+    else:
+        survivor.meta[ALIASES] = rest
+
+
 def merge_topics(store: Store, tree: TreeSession, survivor: TopicRecord, absorbed: TopicRecord,
                  defer: list[TopicRecord] | None = None) -> dict[str, Any]:
     """Move every exchange of ``absorbed`` into ``survivor`` and remove ``absorbed`` from the
@@ -325,6 +445,7 @@ def merge_topics(store: Store, tree: TreeSession, survivor: TopicRecord, absorbe
     uid = survivor.user_id
     before = _snapshot(survivor)
     snap = _snapshot(absorbed)
+    _alias_merge(store, survivor, absorbed)  # from the pre-merge centroids
     moved = store.list_exchanges(uid, topic_id=absorbed.id)
     for ex in moved:
         store.update_exchange(dataclasses.replace(ex, topic_id=survivor.id))
@@ -392,6 +513,7 @@ def unmerge(store: Store, tree: TreeSession, detail: Mapping[str, Any], seq: int
     _rebuild_leaf(store, tree, rec)
     _rebuild_leaf(store, tree, survivor)
     survivor.meta["absorbed"] = [t for t in survivor.meta.get("absorbed", []) if t != rec.id]
+    _alias_unmerge(store, survivor, rec, snap.get("meta") or {})
     before = detail.get("survivor_before") or {}
     if survivor.size == before.get("size"):
         # Back to its pre-merge content: its pre-merge labels are right again (LLM ones too).
@@ -473,8 +595,12 @@ def candidate_pairs(store: Store, user_id: str, leaves: Mapping[str, TopicRecord
     if len(sources) > BATCH_KNN:
         neighbours = _batched_knn(sources, leaves, k)
     else:
-        # Themes share the topic index: ask for extra rows so k leaves remain.
-        neighbours = [store.vector_search(user_id, "topic", r.centroid(), 2 * k + 1) for r in sources]  # type: ignore[arg-type]
+        # Themes and merged topics' aliases share the topic index: ask for extra rows so k
+        # leaves remain. Alias hits are skipped below (not in ``leaves``): merges are judged on
+        # whole centroids, so a gradual drift cannot chain through one part at a time.
+        extra = min(2 * k, sum(len(r.meta.get(ALIASES, ())) for r in leaves.values()))
+        neighbours = [store.vector_search(user_id, "topic", r.centroid(), 2 * k + 1 + extra)  # type: ignore[arg-type]
+                      for r in sources]
     for rec, found in zip(sources, neighbours, strict=True):
         for tid, sim in found:
             if tid == rec.id or tid not in leaves or sim < floor or tid in rec.meta.get("no_merge", ()):
@@ -949,10 +1075,18 @@ def rerank_superseded(store: Store, user_id: str, scores: dict[str, float],
     return joined
 
 
+#: How much of a topic's relevance its linked topics get in recall. On the LoCoMo development
+#: files (no LLM, 140 links) 0.5 and 0.25 each lost two questions at 2,048 tokens (linked
+#: topics' turns displaced evidence), 0.2, 0.15, 0.1 and 0.05 lost none and gained none; 0.1
+#: keeps a margin below where it starts to cost. A link is a weak hint, not relevance.
+LINK_WEIGHT = 0.1
+
+
 def linked_topics(store: Store, user_id: str, topic_scores: Mapping[str, float], top: int = 3,
-                  weight: float = 0.5) -> dict[str, float]:
+                  weight: float = LINK_WEIGHT) -> dict[str, float]:
     """Topics linked to the ``top`` strongest ones, scored ``weight`` x the linking topic's
-    score (for recall to follow cross-links; the packer's budget still bounds what is shown)."""
+    score (for recall to follow cross-links; the packer's budget still bounds what is shown).
+    Reads ``top`` topic rows."""
     out: dict[str, float] = {}
     for tid, s in sorted(topic_scores.items(), key=lambda kv: -kv[1])[:top]:
         rec = store.get_topic(tid)
@@ -1031,6 +1165,12 @@ __all__ = [
     "superseded_by",
     "rerank_superseded",
     "linked_topics",
+    "resolve_topic_hits",
+    "alias_id",
+    "alias_owner",
+    "is_alias",
+    "drop_aliases",
+    "ALIASES",
     "passive_topics",
     "pinned_exchanges",
     "PASSIVE_SHARE",

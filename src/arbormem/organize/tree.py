@@ -215,6 +215,11 @@ class TreeSession:
         leaf = self.get(ex.topic_id)
         if leaf is None:
             return
+        if leaf.meta.get("aliases"):
+            # A merged topic's part centroids (consolidate.py aliases) include this exchange.
+            from .consolidate import drop_aliases
+
+            drop_aliases(self.store, leaf)
         chain = [leaf, *self.ancestors(leaf)]
         for node in chain:
             if vec is not None and node.vec_sum is not None:
