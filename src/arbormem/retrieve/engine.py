@@ -26,7 +26,7 @@ import numpy as np
 from ..config import RecallSettings
 from ..embed.base import Embedder
 from ..models import Exchange, Hit, Recall, RecallTrace, Topic
-from ..organize.consolidate import recall_marks
+from ..organize.consolidate import linked_topics, recall_marks, resolve_topic_hits
 from ..store.base import ExchangeHead, Store, TopicRecord
 from ..tokens import TokenCounter
 from .query import QueryAnalysis, analyse
@@ -82,14 +82,22 @@ class Retriever:
         t0 = time.perf_counter()
         dense = self.store.vector_search(user_id, "exchange", qvec, k)
         lex = self.store.text_search(user_id, "exchange", q.terms, k) if q.terms else []
-        tdense = self.store.vector_search(user_id, "topic", qvec, 12)
+        # A merged topic keeps its parts' centroids as aliases (organize/consolidate.py) and
+        # ranks as its best part; ranks count parts as topics, so the top 12 ranks are taken
+        # (from a few extra rows, for the parts folded away).
+        tdense = [(tid, r) for tid, _, r in resolve_topic_hits(
+            self.store.vector_search(user_id, "topic", qvec, 16)) if r < 12]
         tlex = self.store.text_search(user_id, "topic", q.terms, 12) if q.terms else []
         timings["indexes"] = (time.perf_counter() - t0) * 1000
 
         topic_scores: dict[str, float] = defaultdict(float)
-        for ranked in (tdense, tlex):
-            for tid, s in rrf(ranked).items():
-                topic_scores[tid] += s
+        for tid, r in tdense:
+            topic_scores[tid] += 1.0 / (RRF_K + r + 1)
+        for tid, s in rrf(tlex).items():
+            topic_scores[tid] += s
+        # Cross-links made by consolidation: topics linked to the 3 strongest get a share
+        # (LINK_WEIGHT) of the linking topic's score; 3 topic rows read per recall.
+        topic_scores.update(linked_topics(self.store, user_id, topic_scores, top=3))
         top_rrf = max(topic_scores.values(), default=1.0)
         topic_norm = {t: s / top_rrf for t, s in topic_scores.items()}
 
@@ -283,30 +291,50 @@ class Retriever:
         ranked = sorted(cands.values(), key=lambda c: (-c.score, _seq(exchanges, c.ex_id)))
         # Whole exchanges are fetched in batches down the ranking, only as far as packing gets.
         full: dict[str, Exchange] = {}
-        batch = 48
-        for pos, c in enumerate(ranked):
-            if c.ex_id in recent_ids:
-                continue
-            if c.ex_id not in full:
-                full.update(self._full(user_id, exchanges, [x.ex_id for x in ranked[pos : pos + batch]]))
-            got = full.get(c.ex_id)
-            if got is None:  # deleted meanwhile
-                continue
-            ex = got
-            block(ex)
-            extra = cost[ex.id] + (0 if ex.topic_id in headers else header_cost)
-            if used + extra > budget or per_topic[ex.topic_id] + cost[ex.id] > cap_per_topic:
-                if budget - used < 24:  # nothing useful fits any more
-                    break
-                continue
-            used += extra
-            headers.add(ex.topic_id)
-            per_topic[ex.topic_id] += cost[ex.id]
-            chosen.append(ex)
-            chosen_ids.add(ex.id)
+        batch = 32
 
+        def fill(used: int) -> bool:
+            """Greedy pass down the ranking with estimated costs; True if anything was added."""
+            added = False
+            misfits = 0
+            for pos, c in enumerate(ranked):
+                if c.ex_id in recent_ids or c.ex_id in chosen_ids:
+                    continue
+                if c.ex_id not in full:
+                    full.update(self._full(user_id, exchanges, [x.ex_id for x in ranked[pos : pos + batch]]))
+                ex = full.get(c.ex_id)
+                if ex is None:  # deleted meanwhile
+                    continue
+                block(ex)
+                extra = cost[ex.id] + (0 if ex.topic_id in headers else header_cost)
+                if used + extra > budget or per_topic[ex.topic_id] + cost[ex.id] > cap_per_topic:
+                    misfits += 1
+                    # Nothing useful fits any more, or the next ones are all too long: stop
+                    # before fetching and counting the whole tail of the ranking.
+                    if budget - used < 24 or misfits >= 16:
+                        break
+                    continue
+                misfits = 0
+                used += extra
+                headers.add(ex.topic_id)
+                per_topic[ex.topic_id] += cost[ex.id]
+                chosen.append(ex)
+                chosen_ids.add(ex.id)
+                added = True
+            return added
+
+        fill(used)
         recent_chosen = [e for e in recent if e.id in recent_ids]
         paths = self._paths(user_id, {e.topic_id for e in chosen if e.topic_id})
+        # The estimates count each exchange with its date, but a packet whose exchanges share a
+        # day shows it once in the header: the real context is often ~10% under budget. Refill
+        # from the real count (at most twice: each pass closes most of the gap).
+        for _ in range(2):
+            text = self._render(chosen, recent_chosen, paths, blocks)
+            tokens = count(text)
+            if budget - tokens < 24 or not fill(tokens):
+                break
+            paths = self._paths(user_id, {e.topic_id for e in chosen if e.topic_id})
         while True:
             text = self._render(chosen, recent_chosen, paths, blocks)
             tokens = count(text)
