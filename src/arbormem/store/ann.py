@@ -409,6 +409,10 @@ class AnnMirror:
         if index is None or index.dtype != self.dtype:
             return False
         index.expansion_search = int(self._args["expansion_search"])
+        # usearch does not save ef_construction: rows added to a loaded graph would get its
+        # default (64), a sparser neighbourhood than the rest of the graph
+        index.expansion_add = int(self._args["expansion_add"])
+        index._index.expansion_add = index.expansion_add
         self.index = index
         self._loaded = True
         self._owner = None
