@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 
 from arbormem import Memory
-from arbormem.organize.consolidate import ALIASES, alias_id, alias_owner, is_alias
+from arbormem.organize.consolidate import ALIASES, PART_TEXT, alias_id, alias_owner, is_alias
 from arbormem.text import terms
 from tests.conftest import chat
 from tests.support.postgres import pg_database, pg_url  # noqa: F401  (fixtures)
@@ -90,6 +90,7 @@ def check_tree(mem: Memory, uid: str) -> dict[str, int]:
     nodes = [r for r in recs.values() if r.kind != "root"]
     aliases = {alias_id(r.id, p) for r in recs.values() for p in r.meta.get(ALIASES, [])}
     assert all(recs[alias_owner(a)].kind == "topic" for a in aliases), "only leaves have parts"
+    assert all(set(r.meta.get(PART_TEXT, {})) <= set(r.meta.get(ALIASES, [])) for r in recs.values())
     indexed = {i for i, _ in store.vector_search(uid, "topic", nodes[0].centroid(), len(nodes) + len(aliases) + 50)}
     assert {i for i in indexed if is_alias(i)} == aliases, "alias entries differ from the parts listed"
     assert indexed - aliases <= {r.id for r in nodes}, "a removed topic is still in the vector index"

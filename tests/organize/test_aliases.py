@@ -16,12 +16,14 @@ from arbormem.embed.testing import HashEmbedder
 from arbormem.organize.consolidate import (
     ALIASES,
     LINK_WEIGHT,
+    PART_TEXT,
     ConsolidationOptions,
     Thresholds,
     alias_id,
     is_alias,
     resolve_topic_hits,
 )
+from arbormem.text import terms
 from tests.conftest import chat
 
 from .conftest import check_tree, fragmented
@@ -83,6 +85,8 @@ def test_merged_topic_scores_as_its_best_part(tmp_path: Path, minilm) -> None:
     score_before = dict(before)[sleep]
     chamomile = mem.exchanges(user_id="u")[66].id
     assert chamomile in {e.id for e in mem.recall(SLEEP_QUERY, user_id="u", max_tokens=300).exchanges}
+    sleep_labels = mem.store.get_topic(sleep)
+    assert sleep_labels is not None
 
     report = mem.consolidate("u", options=FORCE_MERGE)
     merge = next(c for c in mem.store.list_changes("u") if c.action == "merge")
@@ -100,6 +104,11 @@ def test_merged_topic_scores_as_its_best_part(tmp_path: Path, minilm) -> None:
     assert [t for t, _ in after].index(career) <= rank_before
     assert dict(after)[career] >= score_before - 1e-5
     assert sleep not in dict(after), "the absorbed id is never returned, only its survivor"
+    # The lexical side: the survivor's text entry carries each part's pre-merge labels, so
+    # every word the sleep topic was found by still finds the merged topic.
+    assert sorted(survivor.meta[PART_TEXT]) == sorted([career, sleep])
+    for word in {*terms(sleep_labels.title), *sleep_labels.keywords, *terms(sleep_labels.summary)}:
+        assert career in [i for i, _ in mem.store.text_search("u", "topic", [word], 1000)], word
     # Recall still finds the absorbed part's answer at the same small budget, and the topic
     # lift the retriever gives the merged topic is not lower than the sleep topic's was.
     r = mem.recall(SLEEP_QUERY, user_id="u", max_tokens=300)
@@ -118,7 +127,7 @@ def test_undo_removes_the_alias(tmp_path: Path, minilm) -> None:
     assert not mem.store.get_vectors("u", "topic", [alias_id(career, career), alias_id(career, sleep)])
     for tid in (career, sleep):
         rec = mem.store.get_topic(tid)
-        assert rec is not None and ALIASES not in rec.meta
+        assert rec is not None and ALIASES not in rec.meta and PART_TEXT not in rec.meta
     check_tree(mem, "u")
     assert check(mem).ok
     # The restored topic answers for itself again.
@@ -152,7 +161,7 @@ def test_aliases_follow_chains_of_merges_undo_and_deletion(db_path: Path) -> Non
     ex = mem.store.list_exchanges("u", topic_id=victim.id)[1]
     mem.delete(ex.id)
     after = mem.store.get_topic(victim.id)
-    assert after is not None and ALIASES not in after.meta
+    assert after is not None and ALIASES not in after.meta and PART_TEXT not in after.meta
     assert not [i for i, _ in mem.store.vector_search("u", "topic", after.centroid(), 10_000)
                 if is_alias(i) and i.startswith(victim.id)]
     check_tree(mem, "u")

@@ -323,11 +323,14 @@ def _set_links(rec: TopicRecord, links: Iterable[str]) -> None:
 # (``resolve_topic_hits``) and the topic scores as its best part. The parts (the survivor's own
 # pre-merge content included) are listed in the survivor's ``meta["aliases"]``.
 #
-# Only vectors: both stores index a topic's text only while a topic row of that id exists
-# (SQLite keys the full-text row by the topic's rowid), and the survivor's own keywords and
-# summary are recomputed from all its exchanges anyway.
+# Text cannot have alias entries: both stores index a topic's text only while a topic row of
+# that id exists (SQLite keys the full-text row by the topic's rowid). So the parts' pre-merge
+# titles, keywords and summaries (``meta["part_text"]``) are added to the survivor's own text
+# entry (``tree.topic_index_text``): a merge's recomputed labels no longer drop the words a
+# part was found by (on LoCoMo an evidence turn lost its topic's lexical lift that way).
 ALIAS_SEP = "~"
 ALIASES = "aliases"
+PART_TEXT = "part_text"
 
 
 def alias_id(survivor_id: str, part_id: str) -> str:
@@ -372,6 +375,7 @@ def drop_aliases(store: Store, rec: TopicRecord) -> None:
     """Remove a topic's alias entries (when an exchange leaves it: the parts' centroids would
     be stale, and a deleted exchange must leave nothing derived from it behind). The caller
     writes ``rec``; the topic then scores by its own centroid, as any topic does."""
+    rec.meta.pop(PART_TEXT, None)
     for part in rec.meta.pop(ALIASES, None) or ():
         store.delete_index("topic", alias_id(rec.id, part))
 
@@ -398,18 +402,26 @@ def _alias_merge(store: Store, survivor: TopicRecord, absorbed: TopicRecord) -> 
     parts = list(survivor.meta.get(ALIASES, []))
     fresh: dict[str, np.ndarray] = {}
     own = survivor.centroid()
+    texts = dict(survivor.meta.get(PART_TEXT) or {})
     if not parts and own is not None:  # first merge: the survivor's own content is a part
         fresh[survivor.id] = own
+        texts[survivor.id] = _part_text(survivor)
     # A topic that was itself a survivor hands over its parts, not its mean.
     moved = _move_aliases(store, uid, absorbed.id, survivor.id, list(absorbed.meta.get(ALIASES, [])))
     other = absorbed.centroid()
     if not moved and other is not None:
         fresh[absorbed.id] = other
+    texts.update((absorbed.meta.get(PART_TEXT) or {}) if moved else {absorbed.id: _part_text(absorbed)})
     if fresh:
         store.put_vectors(uid, "topic", [alias_id(survivor.id, p) for p in fresh], np.stack(list(fresh.values())))
     out = list(dict.fromkeys([*parts, *fresh, *moved]))
     if out:
         survivor.meta[ALIASES] = out
+        survivor.meta[PART_TEXT] = {p: texts[p] for p in out if p in texts}
+
+
+def _part_text(rec: TopicRecord) -> str:
+    return f"{rec.title}\n{' '.join(rec.keywords)}\n{rec.summary}"
 
 
 def _alias_unmerge(store: Store, survivor: TopicRecord, restored: TopicRecord, snap_meta: Mapping[str, Any]) -> None:
@@ -426,6 +438,7 @@ def _alias_unmerge(store: Store, survivor: TopicRecord, restored: TopicRecord, s
         restored.meta[ALIASES] = kept
     else:
         restored.meta.pop(ALIASES, None)
+        restored.meta.pop(PART_TEXT, None)
     gone = set(theirs) | {restored.id}
     rest = [p for p in survivor.meta.get(ALIASES, []) if p not in gone]
     if set(rest) <= {survivor.id}:
@@ -433,6 +446,8 @@ def _alias_unmerge(store: Store, survivor: TopicRecord, restored: TopicRecord, s
         drop_aliases(store, survivor)
     else:
         survivor.meta[ALIASES] = rest
+        texts = survivor.meta.get(PART_TEXT) or {}
+        survivor.meta[PART_TEXT] = {p: texts[p] for p in rest if p in texts}
 
 
 def merge_topics(store: Store, tree: TreeSession, survivor: TopicRecord, absorbed: TopicRecord,
@@ -1171,6 +1186,7 @@ __all__ = [
     "is_alias",
     "drop_aliases",
     "ALIASES",
+    "PART_TEXT",
     "passive_topics",
     "pinned_exchanges",
     "PASSIVE_SHARE",

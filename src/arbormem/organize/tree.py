@@ -439,7 +439,9 @@ def topic_index_text(node: TopicRecord) -> str:
     extra = " ".join(str(t) for t in node.meta.get("retrieval_terms") or ())
     trigger = str(node.meta.get("trigger") or "")
     tail = f"\n{extra}\n{trigger}" if _llm_labelled(node) and (extra or trigger) else ""
-    return f"{node.title}\n{' '.join(node.keywords)}\n{node.summary}{tail}"
+    # A merged topic is also found by its parts' pre-merge labels (consolidate.py aliases).
+    parts = "".join(f"\n{t}" for t in (node.meta.get("part_text") or {}).values())
+    return f"{node.title}\n{' '.join(node.keywords)}\n{node.summary}{tail}{parts}"
 
 
 def balanced_groups(vecs: np.ndarray, k: int, cap: int, iters: int = 6) -> list[list[int]]:
