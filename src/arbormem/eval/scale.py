@@ -23,10 +23,11 @@ have real answers, and ``answer_rate`` (the share of recalls that packed the exc
 was made from) shows it.
 
 Writes go through the Store contract (``insert_exchange``, ``put_vectors``, ``put_text``,
-``put_topic``, ``add_term_df``) in large transactions, except on PostgreSQL, where exchange
-rows, their text entries and all vectors are COPYed in (per-row round trips plus per-row HNSW
-inserts would take hours at 1M) and the HNSW index is then built once, by the store's own
-``put_vectors`` creating it over the loaded rows. Topics always go through the contract.
+``put_topic``, ``add_term_df``) in large transactions, except on PostgreSQL, where the rows of
+exchanges and topics, their text entries (tsvectors made by the store's own tokenizer) and all
+vectors are COPYed in (per-row round trips plus per-row HNSW inserts would take hours at 1M)
+and the HNSW index is then built once, by the store's own ``put_vectors`` creating it over the
+loaded rows. Term statistics go through the contract on both.
 
 Then ``Memory.recall`` — the real read path — is timed on a freshly opened store, and on
 PostgreSQL also from ``clients`` concurrent processes.
@@ -345,7 +346,7 @@ def bulk_load(store: Store, world: World, size: int, *, user_id: str = "scale", 
     is_pg = type(store).__name__ == "PostgresStore"
     if is_pg:
         _copy_postgres(store, h, vecs, leaf_of, user_id, progress)
-        _copy_pg_topic_vectors(store, nodes, user_id)
+        _copy_pg_topics(store, nodes, user_id)
     else:
         for lo in range(0, size, chunk):
             hi = min(size, lo + chunk)
@@ -356,21 +357,21 @@ def bulk_load(store: Store, world: World, size: int, *, user_id: str = "scale", 
                 for i in range(lo, hi):
                     store.put_text(user_id, "exchange", h.ids[i], lexical_key(h, i))
             _log(progress and (hi // chunk) % 10 == 0, f"{size:,}: {hi:,} exchanges written")
-    # Topics through the contract on both stores.
-    with store.transaction(user_id):
-        for rec in nodes:
-            store.put_topic(rec)
         inner = [r for r in nodes if r.kind != "root"]
+        with store.transaction(user_id):
+            for rec in nodes:
+                store.put_topic(rec)
         for lo in range(0, len(inner), chunk):
             part = inner[lo : lo + chunk]
-            if not is_pg:  # PostgreSQL: COPYed with the exchange vectors
+            with store.transaction(user_id):
                 store.put_vectors(user_id, "topic", [r.id for r in part],
                                   np.stack([r.centroid() for r in part]))  # type: ignore[misc]
-            for r in part:
-                store.put_text(user_id, "topic", r.id, topic_index_text(r))
-        by_df: dict[int, list[str]] = {}
-        for term, d in df.items():
-            by_df.setdefault(d, []).append(term)
+                for r in part:
+                    store.put_text(user_id, "topic", r.id, topic_index_text(r))
+    by_df: dict[int, list[str]] = {}
+    for term, d in df.items():
+        by_df.setdefault(d, []).append(term)
+    with store.transaction(user_id):
         for d, terms in by_df.items():
             store.add_term_df(user_id, terms, delta=d)
     store.set_meta("embedder", f"{SubjectEmbedder(world).name}:{world.dim}")
@@ -442,14 +443,44 @@ def _copy_postgres(store: Any, h: History, vecs: np.ndarray, leaf_of: list[str],
         _log(progress, f"{n:,}: exchange vectors copied")
 
 
-def _copy_pg_topic_vectors(store: Any, nodes: list[TopicRecord], user_id: str) -> None:
+def _copy_pg_topics(store: Any, nodes: list[TopicRecord], user_id: str) -> None:
+    """PostgreSQL: COPY the topic rows, their text entries and centroids. (Through the contract,
+    each ``put_text`` also bumps the user's one BM25 stats row; 285k updates of one row in one
+    transaction grow a version chain every later update walks, so that path went quadratic.)"""
+    import json
+
+    from ..organize.tree import topic_index_text
+    from ..store.postgres import _tsvector_literal, tokens
+
+    def js(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False)
+
+    inner = [r for r in nodes if r.kind != "root"]
+    total_len = 0
     with store._conn() as conn, conn.cursor() as cur:
+        with cur.copy("COPY arbormem_topics (id, user_id, kind, parent_id, title, keywords, summary, start_seq, "
+                      "end_seq, size, first_at, last_at, frozen, vec_sum, terms, created_seq, meta) FROM STDIN") as cp:
+            for r in nodes:
+                vec = r.vec_sum.astype(np.float32).tobytes() if r.vec_sum is not None else None
+                cp.write_row((r.id, user_id, r.kind, r.parent_id, r.title, js(list(r.keywords)), r.summary,
+                              r.start_seq, r.end_seq, r.size, r.first_at, r.last_at, r.frozen, vec,
+                              js(dict(r.terms)), r.created_seq, js(dict(r.meta))))
+        with cur.copy("COPY arbormem_text (kind, item_id, user_id, body, tsv, doclen) FROM STDIN") as cp:
+            for r in inner:
+                body = topic_index_text(r)
+                toks = tokens(body)
+                total_len += len(toks)
+                cp.write_row(("topic", r.id, user_id, body, _tsvector_literal(toks), len(toks)))
+        conn.execute(
+            "INSERT INTO arbormem_text_stats (user_id, kind, n_docs, total_len) VALUES (%s, 'topic', %s, %s) "
+            "ON CONFLICT (user_id, kind) DO UPDATE SET n_docs = arbormem_text_stats.n_docs + excluded.n_docs, "
+            "total_len = arbormem_text_stats.total_len + excluded.total_len", (user_id, len(inner), total_len))
         with cur.copy("COPY arbormem_vectors (kind, item_id, user_id, dim, embedding) FROM STDIN "
                       "WITH (FORMAT BINARY)") as cp:
             cp.set_types(["text", "text", "text", "int4", "vector"])
-            for r in nodes:
+            for r in inner:
                 c = r.centroid()
-                if r.kind != "root" and c is not None:
+                if c is not None:
                     cp.write_row(("topic", r.id, user_id, int(c.shape[0]), c))
 
 
