@@ -382,21 +382,28 @@ class AnnMirror:
         """Up to ``k`` (row, exact cosine) pairs, best first."""
         if k <= 0 or self.n == 0 or self._matrix is None:
             return []
-        found = self.index.search(query, min(self.n, max(k * self.oversample, 40)))
-        if not found:
-            return []
-        if self._order is None or len(self._order) != self.n:
-            self._order = np.argsort(self._keys[: self.n], kind="stable")
-            self._sorted = self._keys[self._order]
-        sorted_keys = self._sorted
-        fk = np.fromiter((key for key, _ in found), dtype=np.int64, count=len(found))
-        pos = np.minimum(np.searchsorted(sorted_keys, fk), self.n - 1)
-        ok = sorted_keys[pos] == fk
-        rows = self._order[pos[ok]]
         q = np.asarray(query, dtype=np.float32).reshape(self.dim)
+        want = max(k * self.oversample, 40)
+        rows = None
+        if want < self.n:
+            found = self.index.search(q, want)
+            if self._order is None or len(self._order) != self.n:
+                self._order = np.argsort(self._keys[: self.n], kind="stable")
+                self._sorted = self._keys[self._order]
+            fk = np.fromiter((key for key, _ in found), dtype=np.int64, count=len(found))
+            pos = np.minimum(np.searchsorted(self._sorted, fk), self.n - 1)
+            rows = self._order[pos[self._sorted[pos] == fk]]
+        if rows is None or len(rows) < min(k, self.n):
+            # Asked for about everything, or the walk came back short (HNSW need not reach
+            # every node): score all rows, as the exact path would.
+            rows = np.arange(self.n)
         exact = np.einsum("ij,j->i", self._matrix[rows], q)  # one thread (see SQLiteStore)
-        order = np.argsort(-exact, kind="stable")[:k]
-        return [(int(rows[i]), float(exact[i])) for i in order]
+        if k < len(rows):
+            top = np.argpartition(-exact, k)[:k]
+            top = top[np.argsort(-exact[top], kind="stable")]
+        else:
+            top = np.argsort(-exact, kind="stable")
+        return [(int(rows[i]), float(exact[i])) for i in top]
 
     # -- persistence -------------------------------------------------------------------------
     def save(self, path: str | Path, watermark: Mapping[str, Any]) -> None:
