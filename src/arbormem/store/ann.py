@@ -7,11 +7,13 @@ answers in roughly logarithmic time; without usearch the store stays exact.
 
 The graph is never the source of truth. An ``AnnMirror`` mirrors the rows of the store's
 in-memory vector cache; its keys are the vectors' SQLite rowids, which survive the cache being
-rebuilt (another writer deleted rows), so a rebuilt cache costs removing the deleted keys, not
+rebuilt (a writer deleted rows), so a rebuilt cache costs a check and removing the deleted keys, not
 a new graph. The graph holds 8-bit quantised vectors (fast to build, a quarter of the memory);
 a search takes ``oversample`` times more candidates from it and ranks them by exact cosine
 against the cache's float32 matrix, so the approximation is only in which candidates are
-found, and every score returned is exact.
+found, and every score returned is exact. Graph work of ``ANN_BACKGROUND_ROWS`` rows or more
+(the first build, loading and checking a saved graph, catching up after a cache rebuild) runs
+in a background thread while the store keeps answering exactly.
 
 Crashes can lose the graph, never a vector. The store saves it next to the database
 (``<db>.ann/<user digest>-<kind>.usearch`` plus a ``.json`` watermark: dimension, size, the
