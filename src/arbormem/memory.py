@@ -498,8 +498,9 @@ class Memory:
             if ex.status == "completed" and ex.topic_id:
                 vec = self.store.get_vectors(ex.user_id, "exchange", [ex.id]).get(ex.id)
                 tree = TreeSession(self.store, ex.user_id, self.settings.tree)
-                tree.remove(ex, vec, term_counts(ex.text))
+                # Row first: tree.remove recomputes the topic's span from its stored exchanges.
                 self.store.delete_exchange(ex.id)
+                tree.remove(ex, vec, term_counts(ex.text))
                 self.store.add_term_df(ex.user_id, list(set(terms(ex.text))), delta=-1)
                 tree.flush()
                 # The neighbours' lexical keys quoted this exchange: rewrite them without it.

@@ -115,6 +115,22 @@ def test_delete_removes_from_every_index(mem: Memory) -> None:
     assert any(c.action == "delete" for c in mem.store.list_changes("u"))
 
 
+def test_deleting_a_topics_first_and_last_exchange_moves_its_span(mem: Memory) -> None:
+    from arbormem.check import check
+
+    items = [{"messages": chat(f"the tomato seedlings need repotting, day {i}", "use deeper pots"),
+              "session_id": "s"} for i in range(4)]
+    xs = mem.add_many(items, user_id="u")
+    topic = mem.get(xs[0].id).topic_id
+    assert topic is not None and all(mem.get(x.id).topic_id == topic for x in xs)
+    mem.delete(xs[0].id)
+    mem.delete(xs[-1].id)
+    t = mem.topic(topic, user_id="u")
+    assert (t.start_seq, t.end_seq, t.size) == (xs[1].seq, xs[2].seq, 2)
+    report = check(mem, user_id="u")
+    assert report.ok, report.to_dict()
+
+
 def test_delete_user_removes_everything_and_spares_others(mem: Memory, db_path) -> None:
     mem.add(chat("alice likes tea with honey", "noted"), user_id="alice")
     mem.add(chat("bob likes coffee black", "noted"), user_id="bob")
