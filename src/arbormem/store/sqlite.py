@@ -43,6 +43,12 @@ _FTS = {"exchange": "exchange_fts", "topic": "topic_fts"}
 _ROWS = {"exchange": "exchanges", "topic": "topics"}
 
 
+#: Query terms found in more of a user's exchanges than this are left out of lexical search
+#: while a rarer term remains (see ``SQLiteStore.text_search``). Below ~50k exchanges hardly
+#: any content word is that common, so small memories rank exactly as before.
+COMMON_DF = 5_000
+
+
 def _uid_token(user_id: str) -> str:
     # A token the unicode61 tokenizer keeps whole, so "uid : token" filters inside the MATCH.
     return "u" + hashlib.sha1(user_id.encode("utf-8")).hexdigest()[:20]
@@ -695,6 +701,15 @@ class SQLiteStore(Store):
         terms = [t for t in terms if t.strip()]
         if not terms or k <= 0:
             return []
+        if len(set(terms)) > 1:
+            # FTS5 scores every document that holds any query term, so one common term makes
+            # a search linear in the partition (1.2 s at 1M exchanges, where each speaker's
+            # name is in ~60k of them). A term in more than COMMON_DF of the user's exchanges
+            # carries little BM25 weight there: leave it out while a rarer term remains (the
+            # PostgreSQL store bounds such terms the same way, by a MaxScore cut).
+            df = self.get_term_df(user_id, terms)
+            rare = [t for t in terms if df.get(t, 0) <= COMMON_DF]  # (repeats kept: query tf)
+            terms = rare or [min(terms, key=lambda t: df.get(t, 0))]
         table = _FTS[kind]
         # Rank inside FTS5 first, then join only the k winners to their ids: joining before
         # the LIMIT looked up every matching row (thousands for a common word).

@@ -1,0 +1,38 @@
+"""SQLite-only lexical search behaviour: common query terms do not make a search linear."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from arbormem.store import sqlite as sqlite_store
+from arbormem.store.sqlite import SQLiteStore
+
+from .test_contract import ex
+
+
+def test_common_terms_are_left_out_while_a_rarer_term_remains(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_store, "COMMON_DF", 10)
+    store = SQLiteStore(tmp_path / "m.db")
+    try:
+        bodies = [f"alice talked about the weather, day {i}" for i in range(30)]
+        bodies += ["alice fixed the kubernetes cluster", "bob read about kubernetes"]
+        for seq, body in enumerate(bodies, start=1):
+            store.insert_exchange(ex("u", seq, body))
+            store.put_text("u", "exchange", f"e_u_{seq}", body)
+            store.add_term_df("u", sorted({w.strip(",") for w in body.split()}))
+        # "alice" is in 31 exchanges (> 10): only "kubernetes" is searched, so a document
+        # holding just the common word is not a candidate any more.
+        hits = store.text_search("u", "exchange", ["alice", "kubernetes"], 50)
+        assert {h[0] for h in hits} == {"e_u_31", "e_u_32"}
+        # Only common terms: the rarest one is kept, so a search never comes back empty for that.
+        only_common = store.text_search("u", "exchange", ["alice", "weather"], 50)
+        assert len(only_common) == 30 and all(h[0] not in ("e_u_32",) for h in only_common)
+        # Another user's statistics do not count.
+        assert store.get_term_df("v", ["alice"]) == {}
+        monkeypatch.setattr(sqlite_store, "COMMON_DF", 1000)
+        assert len(store.text_search("u", "exchange", ["alice", "kubernetes"], 50)) == 32
+    finally:
+        store.close()
