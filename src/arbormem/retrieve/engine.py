@@ -325,21 +325,23 @@ class Retriever:
 
         fill(used)
         recent_chosen = [e for e in recent if e.id in recent_ids]
-        paths = self._paths(user_id, {e.topic_id for e in chosen if e.topic_id})
+        paths: dict[str, tuple[str, ...]] = {}
+
+        def rendered() -> tuple[str, int]:
+            # Paths only for topics not seen yet: each refill adds a few.
+            paths.update(self._paths(user_id, {e.topic_id for e in chosen if e.topic_id} - paths.keys()))
+            out = self._render(chosen, recent_chosen, paths, blocks)
+            return out, count(out)
+
+        text, tokens = rendered()
         # The estimates count each exchange with its date, but a packet whose exchanges share a
         # day shows it once in the header: the real context is often ~10% under budget. Refill
         # from the real count (at most twice: each pass closes most of the gap).
         for _ in range(2):
-            text = self._render(chosen, recent_chosen, paths, blocks)
-            tokens = count(text)
             if budget - tokens < 24 or not fill(tokens):
                 break
-            paths = self._paths(user_id, {e.topic_id for e in chosen if e.topic_id})
-        while True:
-            text = self._render(chosen, recent_chosen, paths, blocks)
-            tokens = count(text)
-            if tokens <= budget:
-                break
+            text, tokens = rendered()
+        while tokens > budget:
             # Headers cost more than estimated: drop the lowest-scored item and re-render.
             if chosen:
                 worst = min(chosen, key=lambda e: cands[e.id].score if e.id in cands else 0.0)
@@ -349,6 +351,7 @@ class Retriever:
             else:
                 text, tokens = "", 0
                 break
+            text, tokens = rendered()
         packed = sorted(chosen, key=lambda e: e.seq) + recent_chosen
         return packed, text, tokens, max(0, len(cands) - len(chosen))
 
