@@ -141,12 +141,13 @@ def tokens(text: str) -> list[str]:
 def restem_text_index(conn: Any) -> None:
     """Schema version 2: rebuild every stored tsvector with stemmed tokens (token counts, and
     so the BM25 statistics, do not change). Runs inside the migration transaction."""
-    rows = conn.execute("SELECT kind, item_id, body FROM arbormem_text").fetchall()
-    with conn.cursor() as cur:
-        for i in range(0, len(rows), 1000):
-            cur.executemany(
+    # A server-side cursor streams the rows: a million bodies need not sit in memory at once.
+    with conn.cursor(name="arbormem_restem") as read, conn.cursor() as write:
+        read.execute("SELECT kind, item_id, body FROM arbormem_text")
+        while rows := read.fetchmany(1000):
+            write.executemany(
                 "UPDATE arbormem_text SET tsv = %s::tsvector WHERE kind = %s AND item_id = %s",
-                [(_tsvector_literal(tokens(body)), kind, item_id) for kind, item_id, body in rows[i : i + 1000]],
+                [(_tsvector_literal(tokens(body)), kind, item_id) for kind, item_id, body in rows],
             )
 
 
