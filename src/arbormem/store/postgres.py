@@ -178,6 +178,8 @@ def _check_kind(kind: str) -> str:
 class _Tx:
     conn: Any
     users: set[str] = field(default_factory=set)
+    #: vector dimensions whose HNSW index this transaction created (known once it commits)
+    new_dims: set[int] = field(default_factory=set)
 
 
 class PostgresStore(Store):
@@ -298,14 +300,17 @@ class PostgresStore(Store):
                 tx.users.add(user_id)
             yield
             return
+        tx = _Tx(None, {user_id})
         with self._conn() as conn:
             self._lock_user(conn, user_id)
-            token = self._tx.set(_Tx(conn, {user_id}))
+            tx.conn = conn
+            token = self._tx.set(tx)
             try:
                 yield
             finally:
                 self._tx.reset(token)
         # leaving the pool's block committed (or, on an exception, rolled back)
+        self._vector_dims |= tx.new_dims
 
     def _lock_user(self, conn: Any, user_id: str) -> None:
         try:
@@ -544,10 +549,12 @@ class PostgresStore(Store):
             conn.execute("DELETE FROM arbormem_topics WHERE id = %s", (topic_id,))
 
     # -- vectors -------------------------------------------------------------------------------
-    def _ensure_vector_index(self, conn: Any, dim: int) -> None:
-        """Create the HNSW index for vectors of ``dim`` dimensions, once per database."""
-        if dim in self._vector_dims:
-            return
+    def _ensure_vector_index(self, conn: Any, dim: int) -> bool:
+        """Create the HNSW index for vectors of ``dim`` dimensions, once per database; True
+        when this call created it (it exists once the caller's transaction commits)."""
+        tx = self._tx.get()
+        if dim in self._vector_dims or (tx is not None and dim in tx.new_dims):
+            return False
         name = f"arbormem_vectors_hnsw_{dim}"
         # A catalog query, not to_regclass(): that reads the backend's catalog cache, which
         # need not show an index another session committed a moment ago. And a lookup at all
@@ -577,7 +584,13 @@ class PostgresStore(Store):
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (",".join(map(str, dims)),),
                 )
+                # Remembered only after the commit: a rolled-back transaction (a re-embed
+                # into a new dimension that failed) takes the new index with it.
+                if tx is not None:
+                    tx.new_dims.add(dim)
+                return True
         self._vector_dims.add(dim)
+        return False
 
     def put_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str], vectors: np.ndarray) -> None:
         _check_kind(kind)
@@ -593,7 +606,7 @@ class PostgresStore(Store):
             raise ValidationError("vectors contain NaN or infinity")
         dim = int(mat.shape[1])
         with self._conn() as conn:
-            self._ensure_vector_index(conn, dim)
+            created = self._ensure_vector_index(conn, dim)
             sql = (
                 "INSERT INTO arbormem_vectors (kind, item_id, user_id, dim, embedding) "
                 "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (kind, item_id) DO UPDATE SET "
@@ -606,6 +619,8 @@ class PostgresStore(Store):
             else:
                 with conn.cursor() as cur:
                     cur.executemany(sql, rows)
+        if created and self._tx.get() is None:
+            self._vector_dims.add(dim)  # its own pooled block committed
 
     def get_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str]) -> dict[str, np.ndarray]:
         _check_kind(kind)

@@ -33,7 +33,14 @@ import numpy as np
 
 from ..errors import MigrationError, StoreError
 from ..models import Exchange, Status
-from .ann import ANN_BACKGROUND_ROWS, ANN_THRESHOLD, AnnIndex, AnnMirror, ann_available
+from .ann import (
+    ANN_BACKGROUND_ROWS,
+    ANN_THRESHOLD,
+    REBUILD_SHARE,
+    AnnIndex,
+    AnnMirror,
+    ann_available,
+)
 from .base import MARKS_KEY, ChangeRecord, ExchangeHead, IndexKind, Store, TopicRecord
 from .migrations import SQLITE_MIGRATIONS
 
@@ -224,20 +231,40 @@ class SQLiteStore(Store):
                 yield
                 return
             self._begin_immediate(conn)
+            self._local.touched = set()
             try:
                 yield
             except BaseException:
                 conn.execute("ROLLBACK")
+                self._forget_touched()
                 raise
             else:
                 try:
                     conn.execute("COMMIT")
                 except sqlite3.OperationalError as exc:
                     conn.execute("ROLLBACK")
+                    self._forget_touched()
                     raise StoreError(f"commit failed: {exc}") from exc
+            finally:
+                self._local.touched = None
         finally:
             if self.memory:
                 self._mem_lock.release()
+
+    def _touch(self, key: tuple[str, str]) -> None:
+        """Note that a vector cache now holds this transaction's uncommitted rows."""
+        touched = getattr(self._local, "touched", None)
+        if touched is not None:
+            touched.add(key)
+
+    def _forget_touched(self) -> None:
+        # After a rollback the caches this transaction patched or refreshed hold vectors that
+        # no longer exist (and a max_rid past rowids SQLite hands out again): rebuild them on
+        # next use. Their ANN mirrors stay: a new cache is reconciled with them key by key.
+        touched = getattr(self._local, "touched", None) or ()
+        with self._cache_lock:
+            for key in touched:
+                self._cache.pop(key, None)
 
     def _begin_immediate(self, conn: sqlite3.Connection) -> None:
         # sqlite's busy handler does not always apply to BEGIN IMMEDIATE under WAL contention
@@ -484,16 +511,31 @@ class SQLiteStore(Store):
             )
         # An upsert keeps the old rowid, so the incremental cache refresh would not see it:
         # patch rows already cached in place (only our own writes reach here).
+        key = (user_id, kind)
         with self._cache_lock:
-            cache = self._cache.get((user_id, kind))
-            if cache is not None:
-                mirrored = (user_id, kind) in self._ann
-                for i, v in zip(ids, vectors, strict=True):
-                    j = cache.index.get(i)
-                    if j is not None:
-                        cache.matrix[j] = v
-                        if mirrored:
-                            cache.patched.append(j)
+            cache = self._cache.get(key)
+            if cache is None:
+                return
+            if vectors.ndim != 2 or vectors.shape[1] != cache.matrix.shape[1]:
+                # Another dimension (a re-embed into another model): the cached matrix and
+                # its graph cannot hold it. Drop both; the next search rebuilds the cache from
+                # SQLite, and a saved graph of the old dimension is refused when loaded.
+                del self._cache[key]
+                self._ann.pop(key, None)
+                return
+            self._touch(key)
+            mirrored = key in self._ann
+            for i, v in zip(ids, vectors, strict=True):
+                j = cache.index.get(i)
+                if j is not None:
+                    cache.matrix[j] = v
+                    if mirrored:
+                        cache.patched.append(j)
+            if mirrored and len(cache.patched) > REBUILD_SHARE * max(cache.n, 1):
+                # Most of a mirrored partition rewritten (a re-embed): replaying the patches
+                # into the graph would run in the next search's thread; a new cache makes the
+                # mirror reconcile, and a large rebuild goes to the background.
+                del self._cache[key]
 
     def get_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str]) -> dict[str, np.ndarray]:
         rows = self._rows_in(
@@ -511,6 +553,7 @@ class SQLiteStore(Store):
                 cache = _VecCache(dim)
                 cache.del_gen = del_gen
                 self._cache[key] = cache
+            self._touch(key)
             rows = self._rows(
                 "SELECT rid, item_id, vec FROM vectors WHERE user_id = ? AND kind = ? AND rid > ? ORDER BY rid",
                 (user_id, kind, cache.max_rid),
