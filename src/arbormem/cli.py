@@ -271,6 +271,57 @@ def stats(db: str | None, user_id: str, as_json: bool) -> None:
             click.echo(f"{key:18} {value}")
 
 
+@main.command(help="Re-embed a memory's exchanges and topics with another embedder (resumable).")
+@click.argument("db", required=False)
+@click.option("--embedder", required=True,
+              help="The new embedder: 'local', 'hash:DIM', 'openai:MODEL@URL' or a model folder.")
+@click.option("--user", "user_id", default=None,
+              help="Only this user now (the memory switches embedder once every user is done).")
+@click.option("--batch-size", default=256, show_default=True, type=click.IntRange(1, 100_000),
+              help="Texts per embedder call.")
+@click.option("--database-url", default=None, help="A PostgreSQL memory (postgresql://...) instead of DB.")
+@click.option("--force", is_flag=True, help="Re-embed even if the memory already records this embedder.")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@json_option
+@_errors
+def reembed(db: str | None, embedder: str, user_id: str | None, batch_size: int,
+            database_url: str | None, force: bool, quiet: bool, as_json: bool) -> None:
+    """Rewrite every vector of the memory at DB (a SQLite file) or --database-url with the
+    new embedder, one transaction per user. Interrupted runs resume where they stopped;
+    until every user is done the memory refuses reads and writes. Stop other writers first."""
+    from .models import ReembedProgress
+
+    if (db is None) == (database_url is None):
+        raise ValidationError("give the SQLite memory file DB or --database-url (one of them)")
+    if db is not None and not Path(db).exists():
+        raise ValidationError(f"no SQLite memory at {db}")
+
+    def progress(p: ReembedProgress) -> None:
+        if not quiet:
+            click.echo(f"{p.user_id}: {p.done}/{p.total} exchanges", err=True)
+
+    with _memory(db, embedder, database_url=database_url) as mem:
+        r = mem.reembed(user_id=user_id, batch_size=batch_size, progress=progress, force=force)
+    if as_json:
+        _print_json(r.to_dict())
+        return
+    if r.complete and not r.users and not r.skipped and r.previous == r.embedder:
+        click.echo(f"the memory already uses {r.embedder}: nothing to do (--force re-embeds anyway)")
+        return
+    done = f"re-embedded {len(r.users)} user(s): {r.exchanges} exchange and {r.topics} topic vectors"
+    if r.aliases_dropped:
+        done += f", {r.aliases_dropped} merged-topic part vectors dropped"
+    if r.skipped:
+        done += f" ({len(r.skipped)} user(s) done by an earlier run)"
+    click.echo(f"{done} in {r.seconds:.1f}s")
+    if r.complete:
+        click.echo(f"the memory now uses {r.embedder} (was {r.previous})")
+    else:
+        click.echo(f"{len(r.pending)} user(s) still to re-embed ({', '.join(r.pending[:5])}"
+                   f"{', ...' if len(r.pending) > 5 else ''}): the memory keeps {r.previous} and refuses "
+                   "reads and writes until they are done")
+
+
 def _register_optional() -> None:
     """Attach command groups that live with their subsystems (kept import-light)."""
     try:

@@ -160,4 +160,39 @@ class Stats(_Serializable):
     transcript_tokens: int
 
 
-__all__ = ["Exchange", "Topic", "Hit", "Recall", "RecallTrace", "Stats", "Status", "Message"]
+@dataclass(frozen=True)
+class ReembedProgress(_Serializable):
+    """Where a re-embed stands, passed to its ``progress`` callback after every batch:
+    ``done`` of the user's ``total`` exchange vectors are rewritten (not yet committed)."""
+
+    user_id: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class ReembedReport(_Serializable):
+    """What ``Memory.reembed`` did.
+
+    ``embedder`` is the new model as recorded (``NAME:DIM``), ``previous`` the one recorded
+    before. ``users`` were re-embedded by this call, ``skipped`` were already done by an
+    earlier, interrupted call, ``pending`` still hold vectors of the previous model.
+    ``complete`` is True once every user is done and the memory records the new embedder
+    (until then, reads and writes refuse the memory). ``aliases_dropped`` counts merged
+    topics' part vectors (organize/consolidate.py), which cannot be rebuilt and are removed.
+    """
+
+    embedder: str
+    previous: str | None
+    users: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    pending: tuple[str, ...] = ()
+    exchanges: int = 0
+    topics: int = 0
+    aliases_dropped: int = 0
+    complete: bool = False
+    seconds: float = 0.0
+
+
+__all__ = ["Exchange", "Topic", "Hit", "Recall", "RecallTrace", "Stats", "ReembedProgress",
+           "ReembedReport", "Status", "Message"]
