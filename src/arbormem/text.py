@@ -7,10 +7,13 @@ whose words are separated by spaces or punctuation.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
 _SENT = re.compile(r"(?<=[.!?。！？])\s+")
@@ -95,3 +98,37 @@ def merge_counts(a: Mapping[str, int], b: Iterable[tuple[str, int]]) -> dict[str
     for t, c in b:
         out[t] = out.get(t, 0) + c
     return out
+
+
+# -- stemmed index tokens (lexical indexes and the retriever's term matching) --------------------
+_INDEX_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_MAX_LEXEME = 200
+
+
+@functools.lru_cache(maxsize=1)
+def _porter() -> Any:
+    import snowballstemmer  # imported on first use: no work at import time
+
+    return snowballstemmer.stemmer("porter")
+
+
+@functools.lru_cache(maxsize=100_000)
+def stem(word: str) -> str:
+    """Porter stem of one lower-case word, as SQLite FTS5's ``porter`` tokenizer makes it.
+
+    Only ASCII words are stemmed, like FTS5 (the rules are English; other scripts pass
+    through); words of one or two letters stay as they are ("s" would stem to nothing). The
+    cache makes repeated words (most of them: word frequencies are Zipfian) a dict lookup.
+    """
+    if len(word) < 3 or not (word.isascii() and word.isalpha()):
+        return word
+    return str(_porter().stemWord(word)) or word
+
+
+def index_tokens(text: str) -> list[str]:
+    """Index tokens: Unicode letter/digit runs, lower-cased, diacritics removed, English words
+    Porter-stemmed. The PostgreSQL store indexes these; SQLite's FTS5 tokenizer
+    (``porter unicode61``) makes the same."""
+    folded = unicodedata.normalize("NFKD", text.lower())
+    folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
+    return [stem(w) for w in _INDEX_WORD.findall(folded) if len(w) <= _MAX_LEXEME]

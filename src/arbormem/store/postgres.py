@@ -52,11 +52,9 @@ the pool runs background threads.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
-import unicodedata
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -70,6 +68,7 @@ import numpy as np
 
 from ..errors import MigrationError, StoreError, ValidationError
 from ..models import Exchange, Status
+from ..text import index_tokens as tokens
 from .base import ChangeRecord, IndexKind, Store, TopicRecord
 from .pg_migrations import PG_MIGRATIONS
 
@@ -93,10 +92,6 @@ _POSTINGS_CAP = 1000
 _EXACT_DF_DOCS = 50_000
 _DF_SAMPLE = 20_000
 _MAX_POSITIONS = 255  # tsvector keeps at most 256 positions per lexeme
-_MAX_LEXEME = 200
-
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-
 
 def _import_psycopg() -> Any:
     try:
@@ -109,33 +104,6 @@ def _import_psycopg() -> Any:
             f"({exc})"
         ) from exc
     return psycopg
-
-
-@functools.lru_cache(maxsize=1)
-def _porter() -> Any:
-    try:
-        import snowballstemmer
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise StoreError(f"PostgreSQL support needs snowballstemmer: pip install 'arbormem[postgres]' ({exc})") from exc
-    return snowballstemmer.stemmer("porter")
-
-
-@functools.lru_cache(maxsize=100_000)
-def _stem(word: str) -> str:
-    # Porter's original algorithm, as FTS5's porter tokenizer in the SQLite store, and only
-    # for ASCII words like FTS5 (the rules are English; other scripts pass through).
-    # Words of one or two letters stay as they are ("s" would stem to nothing).
-    if len(word) < 3 or not (word.isascii() and word.isalpha()):
-        return word
-    return str(_porter().stemWord(word)) or word
-
-
-def tokens(text: str) -> list[str]:
-    """Index tokens: Unicode letter/digit runs, lower-cased, diacritics removed, English words
-    Porter-stemmed (schema version 2; the SQLite store's FTS5 tokenizer does the same)."""
-    folded = unicodedata.normalize("NFKD", text.lower())
-    folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
-    return [_stem(w) for w in _WORD.findall(folded) if len(w) <= _MAX_LEXEME]
 
 
 def restem_text_index(conn: Any) -> None:
