@@ -1,15 +1,17 @@
-"""The read path: candidates from every index, rank fusion, topic-aware scoring, packing.
+"""The read path: candidates from every index, score fusion, topic-aware scoring, packing.
 
 1. Analyse the query (terms, names, time window) and embed it once.
 2. Candidates: exchanges by dense and lexical search, topics by dense and lexical search.
-3. Fuse by reciprocal rank (k=60) per level; a topic's fused score lifts its exchanges
-   (SeCom: the segment is context for scoring its turns), and the best exchanges of the top
-   topics join as candidates even when no exchange-level index found them (multi-path
-   retrieval across branches, TRACE).
-4. Expand the best hits with their neighbours in the same topic (the answer is often the turn
-   after the question), at a discount.
-5. Pack greedily by score per token under the budget, with a per-topic cap so one topic cannot
-   eat the budget; render topic packets in time order; verify the exact token count.
+3. Fuse exchange scores as standardised scores (z(dense) + w * z(BM25)); a topic's fused rank
+   score lifts its exchanges (SeCom: the segment is context for scoring its turns); a time
+   window from the query lifts the exchanges inside it.
+4. Neighbour context: each exchange gains a share of its best same-session neighbour's score
+   (the answer is often the turn after the matching question).
+5. Coverage: the best exchanges gain by the share of query terms one of their messages holds.
+6. Pack greedily by score under the budget, recent exchanges first within their share; render
+   topic packets in time order, refill from the exact token count, verify it.
+
+docs/recall.md gives the measured worth of every step.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..embed.base import Embedder
 from ..models import Exchange, Hit, Recall, RecallTrace, Topic
 from ..organize.consolidate import linked_topics, recall_marks, resolve_topic_hits
 from ..store.base import ExchangeHead, Store, TopicRecord
+from ..text import index_tokens, stem
 from ..tokens import TokenCounter
 from .query import QueryAnalysis, analyse
 
@@ -151,6 +154,9 @@ class Retriever:
                                if (j := by_seq.get((hit.session_id, hit.seq + d))) is not None), default=floor)
                 fused[i] = base[i] + self.s.neighbour_weight * max(best_nb, floor)
 
+        if self.s.coverage_weight > 0 and q.terms:
+            self._coverage(user_id, q.terms, fused, exchanges)
+
         # Shift to positive scores (later steps, e.g. the LLM planner, lift multiplicatively).
         low = min(fused.values(), default=0.0)
         cands = {i: _Cand(i, s - low + 0.01, sources[i]) for i, s in fused.items()}
@@ -158,6 +164,27 @@ class Retriever:
         live = {i: c for i, c in cands.items()
                 if i in exchanges and exchanges[i].status == "completed" and not exchanges[i].archived}
         return live, topic_norm, exchanges
+
+    def _coverage(self, user_id: str, terms: tuple[str, ...], fused: dict[str, float],
+                  exchanges: dict[str, Exchange | ExchangeHead]) -> None:
+        """Lift the best exchanges by how many of the query's terms one of their messages holds.
+
+        BM25 runs over enriched keys (an exchange plus its neighbours' text), and the dense
+        vector sees the whole exchange: neither tells a message that answers on the query's
+        words from a pair where they are scattered over three turns. Reading the top
+        ``coverage_depth`` exchanges (most are packed anyway, so fetched once) and adding
+        ``coverage_weight x`` the largest share of query terms (Porter stems) that one message
+        holds sharpens the head of the ranking: on the development split +2.4 points of
+        evidence recall at 256 tokens and +1.6 at 512, +-0.3 at 1,024 and above.
+        """
+        want = set(dict.fromkeys(stem(t) for t in terms))
+        if not want:
+            return
+        top = [i for i in sorted(fused, key=lambda i: (-fused[i], _seq(exchanges, i))) if i in exchanges]
+        full = self._full(user_id, exchanges, top[: self.s.coverage_depth])
+        for i, ex in full.items():
+            best = max(len(want.intersection(index_tokens(m))) for m in (ex.user_text, ex.assistant_text))
+            fused[i] += self.s.coverage_weight * best / len(want)
 
     def _now(self, user_id: str) -> datetime | None:
         last = self.store.list_exchanges(user_id, status="completed", limit=1, newest_first=True)
