@@ -385,6 +385,8 @@ class Memory:
         if user_id is None:
             return [self.consolidate(u, options=options) for u in self.store.list_users()]
         uid = v.user_id(user_id)
+        # Consolidation embeds tags and compares centroids: never with another model's vectors.
+        self._check_embedder()
         return consolidate(self.store, self.embedder, uid, self.settings.tree, llm=self.llm, options=options)
 
     def read(self, topic_id: str, *, user_id: str, depth: int = 0) -> TopicReading:

@@ -9,7 +9,7 @@ import pytest
 
 from arbormem import Memory
 from arbormem.embed.testing import HashEmbedder
-from arbormem.errors import StateError
+from arbormem.errors import ConfigError, StateError
 from arbormem.organize.consolidate import (
     ALIASES,
     ConsolidationOptions,
@@ -310,3 +310,15 @@ def test_consolidation_and_undo_on_postgresql(pg_database: str) -> None:
     assert not any(r.meta.get(ALIASES) for r in mem.store.list_topics("u"))
     assert {t.id: t.size for t in mem.topics(user_id="u") if t.kind == "topic"} == before
     mem.close()
+
+
+def test_consolidation_refuses_another_embedder(db_path: Path) -> None:
+    # Tags are embedded and centroids compared during consolidation: a memory opened with a
+    # different model must refuse, as reads and writes do, and change nothing.
+    with Memory(db_path, embedder=HashEmbedder()) as mem:
+        mem.add_many([{"messages": chat(f"note {i} about rowing", "ok")} for i in range(8)], user_id="u")
+        before = mem.tree(user_id="u")
+    with Memory(db_path, embedder=HashEmbedder(dim=64)) as other, pytest.raises(ConfigError, match="re-embed"):
+        other.consolidate("u")
+    with Memory(db_path, embedder=HashEmbedder()) as mem:
+        assert mem.tree(user_id="u") == before
