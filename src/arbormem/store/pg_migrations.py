@@ -136,6 +136,23 @@ PG_MIGRATIONS: list[tuple[int, str, str | Callable[[Any], None]]] = [
         # Python, because arbormem builds the tokens itself (postgres.tokens).
         lambda conn: _restem(conn),
     ),
+    (
+        3,
+        "lexical GIN index without a pending list (fastupdate off)",
+        # With fastupdate on (the default), new index entries wait in an unsorted pending list
+        # of up to gin_pending_list_limit (4 MB) that every search reads in full until
+        # VACUUM, autoanalyze or an overflow merges it. The write path writes ~5 index rows
+        # per exchange (its own key, its neighbour's, the touched topics: 21.8k inserts and
+        # 28.6k updates for 10k exchanges), so after real ingest the list was often hundreds
+        # of pages: recall at 10k took 155.5 ms p50 with 268 pending pages and 112.8 ms once
+        # flushed (BENCHMARKS.md, "Real ingest path at 10k"). Off, entries go straight into
+        # the index, and 10k exchanges ingested in the same time (70-73 s vs 68-78 s). The
+        # flush clears a list left by earlier writes.
+        """
+        ALTER INDEX arbormem_text_tsv SET (fastupdate = off);
+        SELECT gin_clean_pending_list('arbormem_text_tsv'::regclass);
+        """,
+    ),
 ]
 
 

@@ -39,6 +39,9 @@ Design, and why:
   top k (a MaxScore bound), so the cost of a search stops growing with the partition: exact
   whenever the rarer terms find k documents, and 0.96 overlap@10 with exact BM25 on the
   100k-exchange synthetic bench otherwise. Equal scores rank oldest first, as in FTS5.
+  The GIN index has no pending list (``fastupdate = off``, migration 3): the write path
+  rewrites several index entries per exchange, and an unmerged list of up to 4 MB was read
+  by every search.
 * **Timestamps** are ``timestamptz``: aware datetimes round-trip as the same instant (returned
   in UTC); naive datetimes are taken to be UTC.
 

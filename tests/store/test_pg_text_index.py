@@ -1,0 +1,47 @@
+"""PostgreSQL lexical index: schema version 3 keeps the GIN index free of a pending list."""
+
+from __future__ import annotations
+
+import psycopg
+
+from arbormem.store.postgres import PostgresStore
+
+from .test_contract import ex
+
+
+def _pending_pages(conn: psycopg.Connection) -> int:
+    return int(conn.execute("SELECT pending_pages FROM pgstatginindex('arbormem_text_tsv')").fetchone()[0])
+
+
+def _write(store: PostgresStore, seqs: range) -> None:
+    for i in seqs:
+        body = f"garden note {i} about tomato seedlings and basil"
+        store.insert_exchange(ex("u", i, body))
+        store.put_text("u", "exchange", f"e_u_{i}", body)
+
+
+def test_version_3_flushes_and_turns_off_the_gin_pending_list(pg_database: str) -> None:
+    store = PostgresStore(pg_database)
+    # The GIN index as schema version 2 had it (migration 1 made it with fastupdate on).
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        conn.execute("ALTER INDEX arbormem_text_tsv SET (fastupdate = on)")
+    _write(store, range(1, 21))
+    store.close()
+    with psycopg.connect(pg_database) as conn:
+        assert _pending_pages(conn) > 0  # what every search had to read through
+        conn.execute("DELETE FROM arbormem_schema_migrations WHERE version = 3")
+
+    store = PostgresStore(pg_database)  # applies version 3
+    try:
+        with psycopg.connect(pg_database) as conn:
+            assert _pending_pages(conn) == 0
+            opts = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'arbormem_text_tsv'").fetchone()[0]
+            assert "fastupdate=off" in opts
+        _write(store, range(21, 41))  # new entries go straight into the index
+        with psycopg.connect(pg_database) as conn:
+            assert _pending_pages(conn) == 0
+        hits = store.text_search("u", "exchange", ["note 33"], 3)
+        assert hits[0][0] == "e_u_33"
+    finally:
+        store.close()
