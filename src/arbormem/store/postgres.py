@@ -41,7 +41,7 @@ Design, and why:
   100k-exchange synthetic bench otherwise. Equal scores rank oldest first, as in FTS5.
   The GIN index has no pending list (``fastupdate = off``, migration 3): the write path
   rewrites several index entries per exchange, and an unmerged list of up to 4 MB was read
-  by every search.
+  by every search. Searches run without parallel workers (their statements are small).
 * **Timestamps** are ``timestamptz``: aware datetimes round-trip as the same instant (returned
   in UTC); naive datetimes are taken to be UTC.
 
@@ -675,6 +675,11 @@ class PostgresStore(Store):
         if not lexemes or k <= 0:
             return []
         with self._conn() as conn:
+            # No parallel workers: these statements are small (bounded postings), and for
+            # commonplace terms the planner would split them over Gather workers whose start
+            # cost more than they save: recall at 10k took 147 ms p50 with them, 98 ms without
+            # (BENCHMARKS.md, "Real ingest path at 10k"). SET LOCAL, as in vector_search.
+            conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
             stats = conn.execute(
                 "SELECT n_docs, total_len FROM arbormem_text_stats WHERE user_id = %s AND kind = %s",
                 (user_id, kind),
