@@ -1,9 +1,11 @@
-"""PostgreSQL lexical index: schema version 3 keeps the GIN index free of a pending list."""
+"""PostgreSQL lexical index: no GIN pending list (schema version 3), statistics kept fresh."""
 
 from __future__ import annotations
 
 import psycopg
+import pytest
 
+import arbormem.store.postgres as pg
 from arbormem.store.postgres import PostgresStore
 
 from .test_contract import ex
@@ -43,5 +45,30 @@ def test_version_3_flushes_and_turns_off_the_gin_pending_list(pg_database: str) 
             assert _pending_pages(conn) == 0
         hits = store.text_search("u", "exchange", ["note 33"], 3)
         assert hits[0][0] == "e_u_33"
+    finally:
+        store.close()
+
+
+def test_put_text_analyzes_when_a_partition_doubles(pg_database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without statistics the planner expects a handful of rows for a user's partition and
+    # tests every one against each query term instead of using the GIN index.
+    monkeypatch.setattr(pg, "_ANALYZE_FROM", 8)
+    store = PostgresStore(pg_database)
+
+    def analyzed_rows() -> float:
+        with psycopg.connect(pg_database) as conn:
+            return float(conn.execute("SELECT reltuples FROM pg_class WHERE relname = 'arbormem_text'").fetchone()[0])
+
+    try:
+        _write(store, range(1, 8))
+        assert analyzed_rows() < 0  # never analyzed yet
+        _write(store, range(8, 9))
+        assert analyzed_rows() == 8
+        store.put_text("u", "exchange", "e_u_8", "a new text for an indexed exchange")  # not a new document
+        _write(store, range(9, 16))
+        assert analyzed_rows() == 8
+        with store.transaction("u"):  # inside a writer's transaction too, counting its own rows
+            _write(store, range(16, 17))
+        assert analyzed_rows() == 16
     finally:
         store.close()

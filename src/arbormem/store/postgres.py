@@ -42,6 +42,11 @@ Design, and why:
   The GIN index has no pending list (``fastupdate = off``, migration 3): the write path
   rewrites several index entries per exchange, and an unmerged list of up to 4 MB was read
   by every search. Searches run without parallel workers (their statements are small).
+  Search plans need statistics that know how big the user's partition is, and autovacuum
+  may not analyze a table filled in a minute before it is searched: ``put_text`` runs
+  ``ANALYZE arbormem_text`` when a user's index of one kind reaches 4,096 documents and at
+  every doubling (inside the writer's transaction: it waits for another ANALYZE or VACUUM
+  of the table, and a role that does not own the table only gets a warning).
 * **Timestamps** are ``timestamptz``: aware datetimes round-trip as the same instant (returned
   in UTC); naive datetimes are taken to be UTC.
 
@@ -95,6 +100,14 @@ _POSTINGS_CAP = 1000
 _EXACT_DF_DOCS = 50_000
 _DF_SAMPLE = 20_000
 _MAX_POSITIONS = 255  # tsvector keeps at most 256 positions per lexeme
+# put_text runs ANALYZE on the lexical table when a user's index of one kind reaches this many
+# documents, and again at every doubling (4,096, 8,192, ...; about 10 times up to 1M).
+_ANALYZE_FROM = 4096
+
+
+def _needs_analyze(n_docs: int) -> bool:
+    return n_docs >= _ANALYZE_FROM and n_docs & (n_docs - 1) == 0
+
 
 def _import_psycopg() -> Any:
     try:
@@ -650,10 +663,19 @@ class PostgresStore(Store):
                 "up.doclen - coalesce((SELECT sum(doclen) FROM old), 0) FROM up "
                 "ON CONFLICT (user_id, kind) DO UPDATE SET "
                 "n_docs = arbormem_text_stats.n_docs + excluded.n_docs, "
-                "total_len = arbormem_text_stats.total_len + excluded.total_len RETURNING 1",
+                "total_len = arbormem_text_stats.total_len + excluded.total_len "
+                "RETURNING arbormem_text_stats.n_docs, (SELECT count(*) FROM old)",
                 {"id": item_id, "u": user_id, "k": kind, "body": text,
                  "tsv": _tsvector_literal(toks), "len": len(toks)},
             ).fetchone()
+            if row is not None and not row[1] and _needs_analyze(int(row[0])):
+                # The planner must know how big this partition has become: with statistics
+                # from when it was small (or none: autovacuum may not have reached a table
+                # filled in a minute) it expects a handful of rows for (user_id, kind),
+                # reads them through the btree and tests every one against each query term,
+                # instead of using the GIN index. That made recall at 10k after real ingest
+                # 265 ms p50 instead of 139 ms; ANALYZE takes ~0.1 s at that size.
+                conn.execute("ANALYZE arbormem_text")
         if row is None:
             raise StoreError(f"no {kind} {item_id!r} of this user to index")
 
