@@ -9,19 +9,9 @@ import pytest
 from arbormem import Memory, Settings
 from arbormem.embed.testing import HashEmbedder
 from tests.conftest import chat
+from tests.support.subjects import MORE_SUBJECTS
 
-SUBJECTS = {
-    "garden": "tomatoes compost seedlings watering greenhouse soil basil",
-    "code": "python asyncio pytest refactor deploy docker database",
-    "travel": "kyoto tokyo train ryokan temple passport flight",
-    "fitness": "marathon running intervals shoes knee stretching pace",
-    "music": "piano scales chopin practice metronome recital chords",
-    "money": "budget savings mortgage pension invoice taxes interest",
-    "food": "sourdough starter flour oven crust hydration loaf",
-    "family": "daughter school homework birthday grandparents holiday",
-    "health": "doctor allergy headache sleep vitamins appointment",
-    "books": "novel chapter author library reading poetry fiction",
-}
+SUBJECTS = MORE_SUBJECTS
 
 
 def _conversation(n: int, seed: int = 7) -> list[dict]:

@@ -4,7 +4,7 @@ check of a user's tree and indexes (what must hold after every consolidation and
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import numpy as np
 
@@ -13,18 +13,7 @@ from arbormem.organize.consolidate import ALIASES, PART_TEXT, alias_id, alias_ow
 from arbormem.text import terms
 from tests.conftest import chat
 from tests.support.postgres import pg_database, pg_url  # noqa: F401  (fixtures)
-
-SUBJECTS = {
-    "garden": "tomatoes compost seedlings watering greenhouse soil basil",
-    "code": "python asyncio pytest refactor deploy docker database",
-    "travel": "kyoto tokyo train ryokan temple passport flight",
-    "fitness": "marathon running intervals shoes knee stretching pace",
-    "music": "piano scales chopin practice metronome recital chords",
-    "money": "budget savings mortgage pension invoice taxes interest",
-    "food": "sourdough starter flour oven crust hydration loaf",
-    "family": "daughter school homework birthday grandparents holiday",
-}
-T0 = datetime(2024, 1, 1, 9, 0, tzinfo=timezone.utc)
+from tests.support.subjects import SUBJECTS, T0
 
 
 def fragmented(n: int, seed: int = 3, per_session: int = 12) -> list[dict]:

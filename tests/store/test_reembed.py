@@ -14,7 +14,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -30,22 +30,12 @@ from arbormem.organize.consolidate import ALIASES, ConsolidationOptions, alias_i
 from arbormem.store.base import Store
 from arbormem.store.sqlite import SQLiteStore
 from tests.conftest import chat
+from tests.support.subjects import SUBJECTS, T0
 
 OLD, NEW = "hash:64", "hash:384"
 OLD_SPEC, NEW_SPEC = "hash-64:64", "hash-384:384"
 CAT_QUESTION = "what is the name of my sister's cat?"
 
-SUBJECTS = {
-    "garden": "tomatoes compost seedlings watering greenhouse soil basil",
-    "code": "python asyncio pytest refactor deploy docker database",
-    "travel": "kyoto tokyo train ryokan temple passport flight",
-    "fitness": "marathon running intervals shoes knee stretching pace",
-    "music": "piano scales chopin practice metronome recital chords",
-    "money": "budget savings mortgage pension invoice taxes interest",
-    "food": "sourdough starter flour oven crust hydration loaf",
-    "family": "daughter school homework birthday grandparents holiday",
-}
-T0 = datetime(2024, 1, 1, 9, 0, tzinfo=timezone.utc)
 
 
 def conversation(n: int, seed: int) -> list[dict]:
