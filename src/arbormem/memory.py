@@ -33,6 +33,7 @@ from .organize.reading import change_history, read_topic, set_recall_mode, undo
 from .organize.tree import TreeSession, new_id, topic_index_text
 from .retrieve.engine import Retriever
 from .retrieve.llm_plan import RecallPlanner
+from .retrieve.topics import TopicPaths
 from .store.base import Store, TopicRecord
 from .text import term_counts, terms
 from .tokens import TokenCounter
@@ -336,10 +337,8 @@ class Memory:
             raise ValidationError("recent must be a non-negative integer")
         self._check_embedder()
         planner = RecallPlanner(self.llm) if self.llm is not None and use_llm else None
-        # One recall shows a few topics that share ancestors: look each node up once.
-        seen: dict[str, TopicRecord | None] = {}
         return self.retriever.recall(uid, body, budget, n_recent,
-                                     lambda u, t: self._topic_view(u, t, seen), planner)
+                                     lambda rec, path: _topic(rec, len(path), path, ()), planner)
 
     # -- organiser ------------------------------------------------------------------------------
     def organize(self, user_id: str, *, limit: int = 50, segment: bool = False) -> EnrichReport:
@@ -482,27 +481,14 @@ class Memory:
             root_rec = TopicRecord(id=f"root:{uid}", user_id=uid, kind="root", parent_id=None)
         return build(root_rec, 0, ())
 
-    def _topic_view(self, user_id: str, topic_id: str,
-                    seen: dict[str, TopicRecord | None] | None = None) -> Topic | None:
-        """The topic with its path of titles; ``seen`` memoises node lookups across calls."""
-        seen = {} if seen is None else seen
-
-        def get(tid: str) -> TopicRecord | None:
-            if tid not in seen:
-                seen[tid] = self.store.get_topic(tid)
-            return seen[tid]
-
-        rec = get(topic_id)
-        if rec is None or rec.user_id != user_id:
+    def _topic_view(self, user_id: str, topic_id: str) -> Topic | None:
+        """The topic with its path of titles (None if it is not this user's)."""
+        tree = TopicPaths(self.store, user_id)
+        rec = tree.record(topic_id)
+        if rec is None:
             return None
-        path: list[str] = []
-        depth = 0
-        node: TopicRecord | None = rec
-        while node is not None and node.kind != "root":
-            path.append(node.title)
-            depth += 1
-            node = get(node.parent_id) if node.parent_id else None
-        return _topic(rec, depth, tuple(reversed(path)), ())
+        path = tree.path(topic_id)
+        return _topic(rec, len(path), path, ())
 
     def stats(self, *, user_id: str) -> Stats:
         uid = v.user_id(user_id)

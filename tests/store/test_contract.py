@@ -188,6 +188,18 @@ def test_topic_roundtrip_and_upsert(store: Store) -> None:
     assert store.get_topic("nope") is None
 
 
+def test_get_topics_in_one_call_only_the_users_own(store: Store) -> None:
+    for uid, tid in (("u", "a"), ("u", "b"), ("v", "c")):
+        store.put_topic(topic(uid, tid, None, title=tid.upper()))
+    got = store.get_topics("u", ["a", "b", "c", "missing", "a"])
+    assert sorted(got) == ["a", "b"] and got["b"].title == "B"  # "c" is another user's
+    assert store.get_topics("u", []) == {}
+    many = [f"t{i}" for i in range(1200)]  # more ids than SQLite binds in one statement
+    for tid in many:
+        store.put_topic(topic("u", tid, "a"))
+    assert len(store.get_topics("u", many)) == 1200
+
+
 def test_list_topics_by_parent_in_insertion_order(store: Store) -> None:
     store.put_topic(topic("u", "th1"))
     store.put_topic(topic("u", "c2", "th1"))

@@ -37,6 +37,7 @@ from .query import QueryAnalysis, analyse
 if TYPE_CHECKING:  # pragma: no cover
     from .llm_plan import RecallPlanner
 from .render import packet_header, render, render_exchange
+from .topics import TopicPaths
 
 RRF_K = 60.0
 
@@ -190,25 +191,6 @@ class Retriever:
         last = self.store.list_exchanges(user_id, status="completed", limit=1, newest_first=True)
         return last[0].user_at if last else None
 
-    def _paths(self, user_id: str, topic_ids: set[str]) -> dict[str, tuple[str, ...]]:
-        cache: dict[str, TopicRecord | None] = {}
-
-        def get(tid: str) -> TopicRecord | None:
-            if tid not in cache:
-                rec = self.store.get_topic(tid)
-                cache[tid] = rec if rec is not None and rec.user_id == user_id else None
-            return cache[tid]
-
-        out: dict[str, tuple[str, ...]] = {}
-        for tid in topic_ids:
-            titles: list[str] = []
-            node = get(tid)
-            while node is not None and node.kind != "root":
-                titles.append(node.title)
-                node = get(node.parent_id) if node.parent_id else None
-            out[tid] = tuple(reversed(titles))
-        return out
-
     # -- public operations ------------------------------------------------------------------------
     def search(self, user_id: str, query: str, limit: int) -> list[Hit]:
         q = analyse(query, self._now(user_id))
@@ -217,7 +199,7 @@ class Retriever:
         cands, _, exchanges = self._score(user_id, q, qvec, max(limit * 3, self.s.candidates), timings)
         ranked = sorted(cands.values(), key=lambda c: (-c.score, _seq(exchanges, c.ex_id)))[:limit]
         full = self._full(user_id, exchanges, [c.ex_id for c in ranked])
-        paths = self._paths(user_id, {t for c in ranked if (t := full[c.ex_id].topic_id)})
+        paths = TopicPaths(self.store, user_id).paths(t for c in ranked if (t := full[c.ex_id].topic_id))
         return [
             Hit(exchange=full[c.ex_id], score=c.score, topic_id=full[c.ex_id].topic_id,
                 path=paths.get(full[c.ex_id].topic_id or "", ()), sources=tuple(sorted(c.sources)))
@@ -233,7 +215,10 @@ class Retriever:
         return {i: x for i in ids if isinstance(x := exchanges.get(i), Exchange)}
 
     def recall(self, user_id: str, query: str, max_tokens: int, recent: int,
-               to_topic: Callable[[str, str], Topic | None], planner: RecallPlanner | None = None) -> Recall:
+               to_topic: Callable[[TopicRecord, tuple[str, ...]], Topic],
+               planner: RecallPlanner | None = None) -> Recall:
+        """The packed memory context; ``to_topic`` makes the public view of a packed topic
+        from its record and title path."""
         t_start = time.perf_counter()
         timings: dict[str, float] = {}
         now = self._now(user_id)
@@ -264,12 +249,13 @@ class Retriever:
         if recent > 0:
             recent_list = list(reversed(self.store.list_exchanges(
                 user_id, status="completed", limit=recent, newest_first=True)))
-        packed, text, tokens, dropped = self._pack(user_id, cands, exchanges, recent_list, max_tokens)
+        tree = TopicPaths(self.store, user_id)
+        packed, text, tokens, dropped = self._pack(user_id, cands, exchanges, recent_list, max_tokens, tree)
         timings["pack"] = (time.perf_counter() - t0) * 1000
         timings["total"] = (time.perf_counter() - t_start) * 1000
 
         topic_ids = [t for t in dict.fromkeys(e.topic_id for e in packed if e.topic_id)]
-        topics = tuple(t for t in (to_topic(user_id, tid) for tid in topic_ids) if t is not None)
+        topics = tuple(to_topic(rec, tree.path(tid)) for tid in topic_ids if (rec := tree.record(tid)) is not None)
         trace = RecallTrace(
             query_terms=q.terms, candidates=len(cands),
             topic_scores={k: round(v, 4) for k, v in sorted(topic_norm.items(), key=lambda kv: -kv[1])[:10]},
@@ -280,7 +266,7 @@ class Retriever:
         return Recall(text=text, tokens=tokens, exchanges=tuple(packed), topics=topics, trace=trace)
 
     def _pack(self, user_id: str, cands: Mapping[str, _Cand], exchanges: dict[str, Exchange | ExchangeHead],
-              recent: list[Exchange], budget: int) -> tuple[list[Exchange], str, int, int]:
+              recent: list[Exchange], budget: int, tree: TopicPaths) -> tuple[list[Exchange], str, int, int]:
         count = self.counter.count
         blocks: dict[str, str] = {}
         cost: dict[str, int] = {}
@@ -356,7 +342,7 @@ class Retriever:
 
         def rendered() -> tuple[str, int]:
             # Paths only for topics not seen yet: each refill adds a few.
-            paths.update(self._paths(user_id, {e.topic_id for e in chosen if e.topic_id} - paths.keys()))
+            paths.update(tree.paths(t for e in chosen if (t := e.topic_id) and t not in paths))
             out = self._render(chosen, recent_chosen, paths, blocks)
             return out, count(out)
 

@@ -174,6 +174,19 @@ class Store(ABC):
     @abstractmethod
     def get_topic(self, topic_id: str) -> TopicRecord | None: ...
 
+    def get_topics(self, user_id: str, ids: Sequence[str]) -> dict[str, TopicRecord]:
+        """The user's topics among ``ids``, by id (others' and unknown ids are left out).
+
+        Recall resolves a few dozen topics and their ancestors per call: one query per tree
+        level rather than one per node (a round trip each on PostgreSQL). Stores override
+        this default, which looks them up one by one."""
+        out = {}
+        for tid in dict.fromkeys(ids):
+            rec = self.get_topic(tid)
+            if rec is not None and rec.user_id == user_id:
+                out[tid] = rec
+        return out
+
     @abstractmethod
     def list_topics(self, user_id: str, parent_id: str | None | Literal["*"] = "*") -> list[TopicRecord]:
         """The user's topics; ``parent_id=None`` gives the top level, ``"*"`` all of them."""

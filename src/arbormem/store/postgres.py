@@ -512,6 +512,17 @@ class PostgresStore(Store):
             ).fetchone()
         return self._topic(row) if row else None
 
+    def get_topics(self, user_id: str, ids: Sequence[str]) -> dict[str, TopicRecord]:
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT {self._T_COLS} FROM arbormem_topics WHERE user_id = %s AND id = ANY(%s)",
+                (user_id, ids),
+            ).fetchall()
+        return {(rec := self._topic(r)).id: rec for r in rows}
+
     def list_topics(
         self, user_id: str, parent_id: str | None | Literal["*"] = "*"
     ) -> list[TopicRecord]:

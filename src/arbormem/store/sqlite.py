@@ -479,6 +479,12 @@ class SQLiteStore(Store):
         row = self._exec(f"SELECT {self._T_COLS} FROM topics WHERE id = ?", (topic_id,)).fetchone()
         return self._topic(row) if row else None
 
+    def get_topics(self, user_id: str, ids: Sequence[str]) -> dict[str, TopicRecord]:
+        # "+user_id": primary-key lookups, as in get_exchanges.
+        rows = self._rows_in(f"SELECT {self._T_COLS} FROM topics WHERE +user_id = ? AND id IN ({{marks}})",
+                             (user_id,), ids)
+        return {(rec := self._topic(r)).id: rec for r in rows}
+
     def list_topics(
         self, user_id: str, parent_id: str | None | Literal["*"] = "*"
     ) -> list[TopicRecord]:
