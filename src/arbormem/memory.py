@@ -236,10 +236,13 @@ class Memory:
             self._check_embedder()  # after embedding: see complete()
             with self.store.transaction(uid):
                 tree = TreeSession(self.store, uid, self.settings.tree)
+                stored = []
                 for ex, vec in zip(chunk, vecs, strict=True):
                     ex = dataclasses.replace(ex, seq=self.store.next_seq(uid))
-                    out.append(self._ingest(tree, ex, vec, update=False, flush=False))
+                    stored.append(self._ingest(tree, ex, vec, update=False, flush=False, reindex=False))
+                self._reindex_around(uid, stored)
                 tree.flush()
+                out.extend(stored)
             if progress is not None:
                 progress(min(start + batch_size, total), total)
         return out
@@ -278,8 +281,10 @@ class Memory:
         )
 
     def _ingest(self, tree: TreeSession, ex: Exchange, vec: np.ndarray, *, update: bool,
-                flush: bool = True) -> Exchange:
-        """Place, store and index one completed exchange (inside the caller's transaction)."""
+                flush: bool = True, reindex: bool = True) -> Exchange:
+        """Place, store and index one completed exchange (inside the caller's transaction).
+        ``reindex=False`` leaves the lexical keys to the caller's ``_reindex_around`` (bulk
+        paths: each key written once per batch, not rewritten as each neighbour arrives)."""
         counts = term_counts(ex.text)
         topic_id = tree.place(ex, vec, counts)
         ex = dataclasses.replace(ex, topic_id=topic_id)
@@ -288,11 +293,18 @@ class Memory:
         else:
             self.store.insert_exchange(ex)
         self.store.put_vectors(ex.user_id, "exchange", [ex.id], vec[None, :])
-        self._reindex_text(ex.user_id, [ex.seq - 1, ex.seq, ex.seq + 1], {ex.seq: ex})
+        if reindex:
+            self._reindex_around(ex.user_id, [ex])
         self.store.add_term_df(ex.user_id, list(counts))
         if flush:
             tree.flush()
         return ex
+
+    def _reindex_around(self, user_id: str, added: Sequence[Exchange]) -> None:
+        """Lexical keys of newly stored exchanges and of their neighbours, each written once."""
+        if added:
+            self._reindex_text(user_id, sorted({e.seq + d for e in added for d in (-1, 0, 1)}),
+                               {e.seq: e for e in added})
 
     def _reindex_text(self, user_id: str, seqs: Sequence[int], known: dict[int, Exchange]) -> None:
         """Rewrite the lexical index entries of the exchanges at ``seqs``.
