@@ -187,11 +187,11 @@ def add_document(
                     dupes[h] = found
                     continue
                 ex = dataclasses.replace(ex, id=new_id("x"), seq=store.next_seq(uid))
-                ex = mem._ingest(tree, ex, vec, update=False, flush=False, reindex=False)
+                ex = mem._ingest(tree, ex, vec, update=False, flush=False, batched=True)
                 store.log_change(uid, "document_chunk", MARKER_PREFIX + h,
                                  {"exchange_id": ex.id, "source": source})
                 added.append(ex)
-            mem._reindex_around(uid, added)
+            mem._index_batch(uid, added)
             tree.flush()
     return DocumentReport(source=source, doc_sha256=doc_sha, chunks=n, added=tuple(added),
                           duplicates=tuple(dupes.values()))

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -239,8 +240,8 @@ class Memory:
                 stored = []
                 for ex, vec in zip(chunk, vecs, strict=True):
                     ex = dataclasses.replace(ex, seq=self.store.next_seq(uid))
-                    stored.append(self._ingest(tree, ex, vec, update=False, flush=False, reindex=False))
-                self._reindex_around(uid, stored)
+                    stored.append(self._ingest(tree, ex, vec, update=False, flush=False, batched=True))
+                self._index_batch(uid, stored)
                 tree.flush()
                 out.extend(stored)
             if progress is not None:
@@ -281,10 +282,11 @@ class Memory:
         )
 
     def _ingest(self, tree: TreeSession, ex: Exchange, vec: np.ndarray, *, update: bool,
-                flush: bool = True, reindex: bool = True) -> Exchange:
+                flush: bool = True, batched: bool = False) -> Exchange:
         """Place, store and index one completed exchange (inside the caller's transaction).
-        ``reindex=False`` leaves the lexical keys to the caller's ``_reindex_around`` (bulk
-        paths: each key written once per batch, not rewritten as each neighbour arrives)."""
+        ``batched`` leaves lexical keys and term statistics to the caller's ``_index_batch``
+        (bulk paths: each key written once per batch, not rewritten as each neighbour arrives,
+        and one statistics update per batch)."""
         counts = term_counts(ex.text)
         topic_id = tree.place(ex, vec, counts)
         ex = dataclasses.replace(ex, topic_id=topic_id)
@@ -293,18 +295,28 @@ class Memory:
         else:
             self.store.insert_exchange(ex)
         self.store.put_vectors(ex.user_id, "exchange", [ex.id], vec[None, :])
-        if reindex:
-            self._reindex_around(ex.user_id, [ex])
-        self.store.add_term_df(ex.user_id, list(counts))
+        if not batched:
+            self._index_batch(ex.user_id, [ex], [counts])
         if flush:
             tree.flush()
         return ex
 
-    def _reindex_around(self, user_id: str, added: Sequence[Exchange]) -> None:
-        """Lexical keys of newly stored exchanges and of their neighbours, each written once."""
-        if added:
-            self._reindex_text(user_id, sorted({e.seq + d for e in added for d in (-1, 0, 1)}),
-                               {e.seq: e for e in added})
+    def _index_batch(self, user_id: str, added: Sequence[Exchange],
+                     counts: Sequence[Mapping[str, int]] | None = None) -> None:
+        """Lexical keys of newly stored exchanges and of their neighbours, each written once,
+        and the user's term document frequencies (one store call per distinct increment)."""
+        if not added:
+            return
+        self._reindex_text(user_id, sorted({e.seq + d for e in added for d in (-1, 0, 1)}),
+                           {e.seq: e for e in added})
+        df: Counter[str] = Counter()
+        for c in counts if counts is not None else [term_counts(e.text) for e in added]:
+            df.update(c.keys())
+        by_delta: dict[int, list[str]] = {}
+        for term, n in df.items():
+            by_delta.setdefault(n, []).append(term)
+        for n, group in sorted(by_delta.items()):
+            self.store.add_term_df(user_id, group, delta=n)
 
     def _reindex_text(self, user_id: str, seqs: Sequence[int], known: dict[int, Exchange]) -> None:
         """Rewrite the lexical index entries of the exchanges at ``seqs``.

@@ -1,5 +1,6 @@
-"""Lexical keys (an exchange's text plus its same-session neighbours') come out the same whether
-exchanges arrive one by one or in a bulk batch, where each key is written once per batch."""
+"""Lexical keys (an exchange's text plus its same-session neighbours') and term statistics come
+out the same whether exchanges arrive one by one or in a bulk batch, where each key is written
+once and the statistics updated once per batch."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ def _items() -> list[dict]:
              "session_id": f"s{i // 5}"} for i in range(14)]
 
 
-def _lexical(mem: Memory) -> dict[str, list[tuple[int, float]]]:
+def _lexical(mem: Memory) -> tuple[dict[str, list[tuple[int, float]]], dict[str, int]]:
     seq = {e.id: e.seq for e in mem.store.iter_exchanges("u")}
-    return {w: sorted((seq[i], round(score, 6)) for i, score in mem.store.text_search("u", "exchange", [w], 50))
+    hits = {w: sorted((seq[i], round(score, 6)) for i, score in mem.store.text_search("u", "exchange", [w], 50))
             for w in WORDS}
+    return hits, mem.store.get_term_df("u", [*WORDS, "tell", "noted"])
 
 
 def test_bulk_and_one_by_one_ingest_write_the_same_keys(tmp_path: Path) -> None:
@@ -35,4 +37,5 @@ def test_bulk_and_one_by_one_ingest_write_the_same_keys(tmp_path: Path) -> None:
         got = _lexical(bulk)
     assert got == expected
     # Keys do span neighbours: "kayak" (exchange 1) is found at 1 and at its neighbour 2.
-    assert [s for s, _ in expected["kayak"]][:2] == [1, 2]
+    assert [s for s, _ in expected[0]["kayak"]][:2] == [1, 2]
+    assert expected[1]["tell"] == 14 and expected[1]["kayak"] == 4  # exchanges holding the term
