@@ -143,7 +143,10 @@ class AnnIndex:
             present = np.asarray(self._index.contains(k), dtype=bool).reshape(len(k))
             if present.any():
                 self._index.remove(k[present])
-        self._index.add(k, v)
+        # Small batches (the store's catch-up patches) go in on one thread: no pool start-up per
+        # patch, and a graph that does not depend on thread timing (several threads inserting
+        # at once occasionally left a fresh vector unreachable from its own query in tests).
+        self._index.add(k, v, threads=1 if len(k) < 4096 else 0)
 
     def remove(self, keys: Sequence[int] | np.ndarray) -> None:
         k = np.asarray(keys, dtype=np.uint64)
