@@ -31,7 +31,7 @@ from . import validate as v
 from .errors import ValidationError
 from .models import Exchange, _Serializable
 from .organize.tree import TreeSession, new_id
-from .text import sentences
+from .text import sentences, term_counts
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -181,17 +181,19 @@ def add_document(
         vecs = mem.embedder.embed([ex.text for _, ex in todo])
         with store.transaction(uid):
             tree = TreeSession(store, uid, mem.settings.tree)
+            counts: list[dict[str, int]] = []
             for (h, ex), vec in zip(todo, vecs, strict=True):
                 found = existing(h)
                 if found:
                     dupes[h] = found
                     continue
                 ex = dataclasses.replace(ex, id=new_id("x"), seq=store.next_seq(uid))
-                ex = mem._ingest(tree, ex, vec, update=False, flush=False, batched=True)
+                counts.append(term_counts(ex.text))
+                ex = mem._ingest(tree, ex, vec, update=False, flush=False, counts=counts[-1])
                 store.log_change(uid, "document_chunk", MARKER_PREFIX + h,
                                  {"exchange_id": ex.id, "source": source})
                 added.append(ex)
-            mem._index_batch(uid, added)
+            mem._index_batch(uid, added, counts)
             tree.flush()
     return DocumentReport(source=source, doc_sha256=doc_sha, chunks=n, added=tuple(added),
                           duplicates=tuple(dupes.values()))

@@ -237,11 +237,12 @@ class Memory:
             self._check_embedder()  # after embedding: see complete()
             with self.store.transaction(uid):
                 tree = TreeSession(self.store, uid, self.settings.tree)
-                stored = []
+                stored, counts = [], []
                 for ex, vec in zip(chunk, vecs, strict=True):
                     ex = dataclasses.replace(ex, seq=self.store.next_seq(uid))
-                    stored.append(self._ingest(tree, ex, vec, update=False, flush=False, batched=True))
-                self._index_batch(uid, stored)
+                    counts.append(term_counts(ex.text))
+                    stored.append(self._ingest(tree, ex, vec, update=False, flush=False, counts=counts[-1]))
+                self._index_batch(uid, stored, counts)
                 tree.flush()
                 out.extend(stored)
             if progress is not None:
@@ -282,12 +283,13 @@ class Memory:
         )
 
     def _ingest(self, tree: TreeSession, ex: Exchange, vec: np.ndarray, *, update: bool,
-                flush: bool = True, batched: bool = False) -> Exchange:
+                flush: bool = True, counts: Mapping[str, int] | None = None) -> Exchange:
         """Place, store and index one completed exchange (inside the caller's transaction).
-        ``batched`` leaves lexical keys and term statistics to the caller's ``_index_batch``
-        (bulk paths: each key written once per batch, not rewritten as each neighbour arrives,
-        and one statistics update per batch)."""
-        counts = term_counts(ex.text)
+        Bulk paths pass the exchange's term ``counts`` and index the whole batch afterwards
+        with ``_index_batch`` (each lexical key written once per batch, not rewritten as each
+        neighbour arrives, and one statistics update per batch)."""
+        batched = counts is not None
+        counts = term_counts(ex.text) if counts is None else counts
         topic_id = tree.place(ex, vec, counts)
         ex = dataclasses.replace(ex, topic_id=topic_id)
         if update:
@@ -301,22 +303,14 @@ class Memory:
             tree.flush()
         return ex
 
-    def _index_batch(self, user_id: str, added: Sequence[Exchange],
-                     counts: Sequence[Mapping[str, int]] | None = None) -> None:
+    def _index_batch(self, user_id: str, added: Sequence[Exchange], counts: Sequence[Mapping[str, int]]) -> None:
         """Lexical keys of newly stored exchanges and of their neighbours, each written once,
-        and the user's term document frequencies (one store call per distinct increment)."""
+        and the user's term document frequencies (``counts``: each exchange's term counts)."""
         if not added:
             return
         self._reindex_text(user_id, sorted({e.seq + d for e in added for d in (-1, 0, 1)}),
                            {e.seq: e for e in added})
-        df: Counter[str] = Counter()
-        for c in counts if counts is not None else [term_counts(e.text) for e in added]:
-            df.update(c.keys())
-        by_delta: dict[int, list[str]] = {}
-        for term, n in df.items():
-            by_delta.setdefault(n, []).append(term)
-        for n, group in sorted(by_delta.items()):
-            self.store.add_term_df(user_id, group, delta=n)
+        self.store.add_term_counts(user_id, Counter(t for c in counts for t in c))
 
     def _reindex_text(self, user_id: str, seqs: Sequence[int], known: dict[int, Exchange]) -> None:
         """Rewrite the lexical index entries of the exchanges at ``seqs``.

@@ -326,6 +326,8 @@ def test_term_document_frequencies(store: Store) -> None:
     assert store.get_term_df("u", ["kyoto"]) == {"kyoto": 0}
     assert store.get_term_df("v", ["tea", "kyoto"]) == {"tea": 1}
     assert store.get_term_df("u", []) == {}
+    store.add_term_counts("u", {"tea": 3, "rain": 3, "kyoto": 1})  # a batch's frequencies
+    assert store.get_term_df("u", ["tea", "rain", "kyoto"]) == {"tea": 5, "rain": 3, "kyoto": 1}
 
 
 # -- transactions --------------------------------------------------------------------------------

@@ -368,12 +368,8 @@ def bulk_load(store: Store, world: World, size: int, *, user_id: str = "scale", 
                                   np.stack([r.centroid() for r in part]))  # type: ignore[misc]
                 for r in part:
                     store.put_text(user_id, "topic", r.id, topic_index_text(r))
-    by_df: dict[int, list[str]] = {}
-    for term, d in df.items():
-        by_df.setdefault(d, []).append(term)
     with store.transaction(user_id):
-        for d, terms in by_df.items():
-            store.add_term_df(user_id, terms, delta=d)
+        store.add_term_counts(user_id, df)
     store.set_meta("embedder", f"{SubjectEmbedder(world).name}:{world.dim}")
     written = time.perf_counter()
     index_s = 0.0

@@ -223,6 +223,15 @@ class Store(ABC):
     def add_term_df(self, user_id: str, terms: Sequence[str], delta: int = 1) -> None:
         """Add ``delta`` to the document frequency of each (distinct) term of the user."""
 
+    def add_term_counts(self, user_id: str, deltas: Mapping[str, int]) -> None:
+        """Add a per-term increment (a batch's document frequencies): one ``add_term_df``
+        call per distinct increment, not one per document."""
+        by_delta: dict[int, list[str]] = {}
+        for term, n in deltas.items():
+            by_delta.setdefault(n, []).append(term)
+        for n, group in sorted(by_delta.items()):
+            self.add_term_df(user_id, group, delta=n)
+
     @abstractmethod
     def get_term_df(self, user_id: str, terms: Sequence[str]) -> dict[str, int]:
         """Document frequency of each known term (unknown terms are left out)."""
