@@ -40,3 +40,18 @@ def test_stems_match_the_lexical_index() -> None:
     assert stem("families") == stem("family")
     assert index_tokens("Café RECITALS, 2023") == ["cafe", "recit", "2023"]
     assert stem("is") == "is" and stem("ßx") == "ßx"  # short and non-ASCII words pass through
+
+
+def test_query_terms_are_tokenised_like_the_messages(tmp_path: Path) -> None:
+    # An accented, apostrophised query term covers the message that spells it the same way:
+    # both sides go through the index tokenizer ("café" -> "cafe", "o'neil" -> "o", "neil").
+    path = tmp_path / "memory.db"
+    with Memory(path, embedder=HashEmbedder()) as mem:
+        mem.add_many([{"messages": chat("Lunch at Café O'Neil today?", "Sounds good.")},
+                      {"messages": chat("Anything else?", "No.")}], user_id="u")
+    scores = []
+    for weight in (0.0, 3.0):
+        with Memory(path, embedder=HashEmbedder(), settings=Settings(recall=RecallSettings(coverage_weight=weight))) as m:
+            hits = {h.exchange.user_text: h.score for h in m.search("Café O'Neil", user_id="u", limit=5)}
+            scores.append(hits["Lunch at Café O'Neil today?"] - hits["Anything else?"])
+    assert abs((scores[1] - scores[0]) - 3.0) < 1e-6  # every query token is in that one message
