@@ -340,12 +340,10 @@ class Retriever:
 
         fill(used)
         recent_chosen = [e for e in recent if e.id in recent_ids]
-        paths: dict[str, tuple[str, ...]] = {}
 
         def rendered() -> tuple[str, int]:
-            # Paths only for topics not seen yet: each refill adds a few.
-            paths.update(tree.paths(t for e in chosen if (t := e.topic_id) and t not in paths))
-            out = self._render(chosen, recent_chosen, paths, blocks)
+            # ``tree`` fetches each topic once: a refill only looks up the topics it added.
+            out = self._render(chosen, recent_chosen, tree.paths(t for e in chosen if (t := e.topic_id)), blocks)
             return out, count(out)
 
         text, tokens = rendered()
