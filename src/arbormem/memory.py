@@ -128,7 +128,7 @@ class Memory:
         if self._checked_embedder:
             return
         with self._lock:
-            spec = f"{self.embedder.name}:{self.embedder.dim}"
+            spec = self.embedder.spec
             stored = self.store.get_meta("embedder")
             pending = _reembed_state(self.store.get_meta(REEMBED_KEY))
             if pending is not None:
@@ -543,7 +543,7 @@ class Memory:
             raise ValidationError("batch_size must be a positive integer")
         only = None if user_id is None else v.user_id(user_id)
         t0 = time.perf_counter()
-        spec = f"{self.embedder.name}:{self.embedder.dim}"
+        spec = self.embedder.spec
         previous = self.store.get_meta("embedder")
         state = _reembed_state(self.store.get_meta(REEMBED_KEY))
         if state is None and previous == spec and not force:

@@ -42,6 +42,11 @@ class Embedder(ABC):
             raise EmbeddingError(f"{self.name}: embedding failed: {exc}") from exc
         return check_vectors(raw, len(texts), self.dim, self.name)
 
+    @property
+    def spec(self) -> str:
+        """``NAME:DIM``, as a memory records the embedder its vectors were made with."""
+        return f"{self.name}:{self.dim}"
+
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
 

@@ -370,7 +370,7 @@ def bulk_load(store: Store, world: World, size: int, *, user_id: str = "scale", 
                     store.put_text(user_id, "topic", r.id, topic_index_text(r))
     with store.transaction(user_id):
         store.add_term_counts(user_id, df)
-    store.set_meta("embedder", f"{SubjectEmbedder(world).name}:{world.dim}")
+    store.set_meta("embedder", SubjectEmbedder(world).spec)
     written = time.perf_counter()
     index_s = 0.0
     if is_pg:
