@@ -53,7 +53,7 @@ from ..models import Exchange
 from ..store.base import ChangeRecord, Store, TopicRecord
 from ..text import STOPWORDS, idf, merge_counts, prune_counts, term_counts, terms
 from .models import ConsolidationReport
-from .tree import LEAF_TERMS, TreeSession
+from .tree import LEAF_TERMS, TreeSession, label_text
 
 #: Reserved key in an exchange's metadata for the organiser's marks (user keys untouched).
 MARK = "_arbormem"
@@ -408,23 +408,19 @@ def _alias_merge(store: Store, survivor: TopicRecord, absorbed: TopicRecord,
     texts = dict(survivor.meta.get(PART_TEXT) or {})
     if not parts and own is not None:  # first merge: the survivor's own content is a part
         fresh[survivor.id] = own
-        texts[survivor.id] = _part_text(survivor)
+        texts[survivor.id] = label_text(survivor)
     # A topic that was itself a survivor hands over its parts, not its mean.
     moved = _move_aliases(store, uid, absorbed.id, survivor.id, list(absorbed.meta.get(ALIASES, [])), known)
     other = absorbed.centroid()
     if not moved and other is not None:
         fresh[absorbed.id] = other
-    texts.update((absorbed.meta.get(PART_TEXT) or {}) if moved else {absorbed.id: _part_text(absorbed)})
+    texts.update((absorbed.meta.get(PART_TEXT) or {}) if moved else {absorbed.id: label_text(absorbed)})
     if fresh:
         store.put_vectors(uid, "topic", [alias_id(survivor.id, p) for p in fresh], np.stack(list(fresh.values())))
     out = list(dict.fromkeys([*parts, *fresh, *moved]))
     if out:
         survivor.meta[ALIASES] = out
         survivor.meta[PART_TEXT] = {p: texts[p] for p in out if p in texts}
-
-
-def _part_text(rec: TopicRecord) -> str:
-    return f"{rec.title}\n{' '.join(rec.keywords)}\n{rec.summary}"
 
 
 def _alias_unmerge(store: Store, survivor: TopicRecord, restored: TopicRecord, snap_meta: Mapping[str, Any]) -> None:

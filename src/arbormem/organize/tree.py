@@ -441,7 +441,12 @@ def topic_index_text(node: TopicRecord) -> str:
     tail = f"\n{extra}\n{trigger}" if _llm_labelled(node) and (extra or trigger) else ""
     # A merged topic is also found by its parts' pre-merge labels (consolidate.py aliases).
     parts = "".join(f"\n{t}" for t in (node.meta.get("part_text") or {}).values())
-    return f"{node.title}\n{' '.join(node.keywords)}\n{node.summary}{tail}{parts}"
+    return f"{label_text(node)}{tail}{parts}"
+
+
+def label_text(node: TopicRecord) -> str:
+    """A topic's labels as indexed text: title, keywords, summary (one line each)."""
+    return f"{node.title}\n{' '.join(node.keywords)}\n{node.summary}"
 
 
 def balanced_groups(vecs: np.ndarray, k: int, cap: int, iters: int = 6) -> list[list[int]]:
