@@ -295,16 +295,13 @@ def copy_store(
                         dst.put_text(user, kind, item_id, body)
                 tick(user, f"{kind} text", min(start + batch, len(texts)), len(texts))
 
-        by_df: dict[int, list[str]] = {}
-        for term, df in src_x.iter_term_df(user):
-            by_df.setdefault(df, []).append(term)
+        dfs = dict(src_x.iter_term_df(user))
         with dst.transaction(user):
-            for df, terms in sorted(by_df.items()):
-                if df > 0:
-                    dst.add_term_df(user, terms, delta=df)
-                else:  # a term whose frequency fell back to zero is still a known term
-                    dst.add_term_df(user, terms, delta=1)
-                    dst.add_term_df(user, terms, delta=-1)
+            dst.add_term_counts(user, {t: df for t, df in dfs.items() if df > 0})
+            zero = [t for t, df in dfs.items() if df <= 0]
+            if zero:  # a term whose frequency fell back to zero is still a known term
+                dst.add_term_df(user, zero, delta=1)
+                dst.add_term_df(user, zero, delta=-1)
             for c in _all_changes(src, user):
                 dst_x.put_change(c)
             dst_x.ensure_seq(user, src_x.get_last_seq(user))
