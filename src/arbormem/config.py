@@ -60,6 +60,11 @@ class RecallSettings(BaseModel):
     topic_share: float = 1.0       # most of the budget one topic may take
     coverage_weight: float = 3.0   # + w * share of the query's terms found in one message
     coverage_depth: int = 60       # how many of the best exchanges the coverage step reads
+    feedback_weight: float = 0.8   # + w * z(BM25 of the best exchanges' distinctive terms)
+    feedback_docs: int = 10        # best exchanges whose terms make the feedback query
+    feedback_terms: int = 20       # terms in the feedback query
+    feedback_keep: int = 20        # best exchanges that keep their places ahead of the rest
+    feedback_depth: int = 100      # exchanges below those that feedback re-scores
 
 
 class Settings(BaseSettings):
