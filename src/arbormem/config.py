@@ -57,6 +57,7 @@ class RecallSettings(BaseModel):
     neighbours: int = 40           # strongest hits whose missing neighbours are fetched
     topic_lift: float = 0.5        # + lift * the exchange's topic relevance (0..1)
     time_boost: float = 0.5        # + boost inside the query's resolved time window
+    dated_boost: float = 3.0       # ... instead, when the query names a day ("on 3 June, 2023")
     topic_share: float = 1.0       # most of the budget one topic may take
     coverage_weight: float = 3.0   # + w * share of the query's terms found in one message
     coverage_depth: int = 60       # how many of the best exchanges the coverage step reads

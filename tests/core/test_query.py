@@ -39,6 +39,14 @@ def test_time_windows(query: str, expected: tuple[date, date]) -> None:
     assert window(query) == expected
 
 
+def test_only_a_named_day_pins_the_window() -> None:
+    # Recall lifts exchanges inside a named day's week by dated_boost, others by time_boost.
+    assert analyse("What did she start, as mentioned on 3 June, 2023?", NOW).names_day
+    assert analyse("February 30, 2023", NOW).time_range is not None
+    for vague in ("February 30, 2023", "the trip in May", "last Friday", "our plans for 2022", "no date"):
+        assert not analyse(vague, NOW).names_day
+
+
 def test_may_the_verb_is_not_a_month_and_no_date_means_no_window() -> None:
     assert window("Who may join the club?") is None
     assert window("What does Melanie paint?") is None

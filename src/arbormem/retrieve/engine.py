@@ -127,7 +127,9 @@ class Retriever:
             if ex.topic_id in topic_norm:
                 fused[i] += self.s.topic_lift * topic_norm[ex.topic_id]
             if q.time_range is not None and q.time_range[0] <= ex.user_at < q.time_range[1]:
-                fused[i] += self.s.time_boost
+                # A named day pins the exchange down (the week up to it); a month or "last
+                # year" only narrows it.
+                fused[i] += self.s.dated_boost if q.names_day else self.s.time_boost
                 sources[i].add("time")
 
         # Neighbour context (SeCom / LongMemEval key expansion, done at query time): a turn

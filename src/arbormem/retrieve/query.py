@@ -36,6 +36,7 @@ class QueryAnalysis:
     names: tuple[str, ...] = ()
     time_range: tuple[datetime, datetime] | None = None
     asks_when: bool = False
+    names_day: bool = False  # the window is the week up to a day the query names
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -57,6 +58,7 @@ def analyse(query: str, now: datetime | None) -> QueryAnalysis:
     asks_when = bool(re.search(r"\b(when|what (date|day|time|year|month)|how long ago)\b", low))
     rng: tuple[datetime, datetime] | None = None
     notes: list[str] = []
+    day = None
     if now is not None:
         tz = now.tzinfo
         day0 = now.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -105,7 +107,7 @@ def analyse(query: str, now: datetime | None) -> QueryAnalysis:
             if rng is not None:
                 notes.append("relative time")
     return QueryAnalysis(text=query, terms=tuple(terms(query)), names=names, time_range=rng,
-                         asks_when=asks_when, notes=tuple(notes))
+                         asks_when=asks_when, names_day=day is not None, notes=tuple(notes))
 
 
 _MONTH_RE = "|".join(sorted(MONTHS, key=len, reverse=True))
