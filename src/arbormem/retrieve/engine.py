@@ -4,11 +4,13 @@
 2. Candidates: exchanges by dense and lexical search, topics by dense and lexical search.
 3. Fuse exchange scores as standardised scores (z(dense) + w * z(BM25)); a topic's fused rank
    score lifts its exchanges (SeCom: the segment is context for scoring its turns); a time
-   window from the query lifts the exchanges inside it.
+   window from the query lifts the exchanges inside it (more when the query names a day).
 4. Neighbour context: each exchange gains a share of its best same-session neighbour's score
    (the answer is often the turn after the matching question).
 5. Coverage: the best exchanges gain by the share of query terms one of their messages holds.
-6. Pack greedily by score under the budget, recent exchanges first within their share; render
+6. Feedback: the best exchanges' distinctive terms re-score the tail of the ranking (the head
+   keeps its places).
+7. Pack greedily by score under the budget, recent exchanges first within their share; render
    topic packets in time order, refill from the exact token count, verify it.
 
 docs/recall.md gives the measured worth of every step.
