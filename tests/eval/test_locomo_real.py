@@ -45,8 +45,13 @@ def test_baselines_are_sane(report) -> None:
     assert report.score("hybrid", 2048).evidence_recall > hybrid
 
 
-@pytest.mark.xfail(reason="issue 3 targets, pushed on by later issues; measured honestly", strict=False)
 def test_issue_targets(report) -> None:
+    # Issue 4's recall targets (0.854 / 0.911 on this split at 4f1f2c7+f44ab34).
     assert report.score("arbormem", 1024).evidence_recall >= 0.80
     assert report.score("arbormem", 2048).evidence_recall >= 0.90
-    assert report.lead(1024) >= 0.10 and report.lead(2048) >= 0.10
+    assert report.lead(1024) >= 0.10
+
+
+@pytest.mark.xfail(reason="issue 4: the 10-point lead at 2,048 tokens is +9.95 on this split", strict=False)
+def test_ten_point_lead_at_2048(report) -> None:
+    assert report.lead(2048) >= 0.10
