@@ -67,6 +67,21 @@ def test_scores_every_system_budget_and_category(report) -> None:
     )
 
 
+def test_lead_interval_and_per_conversation(report) -> None:
+    rep, _ = report
+    for b in (64, 128, 100_000):
+        lo, hi = rep.lead_interval(b, "hybrid")
+        lead = rep.score("arbormem", b).evidence_recall - rep.score("hybrid", b).evidence_recall
+        assert lo <= lead + 1e-9 and lead <= hi + 1e-9
+        assert rep.lead_interval(b, "hybrid") == (lo, hi)  # seeded: the same report, the same interval
+    # Both systems hold everything at 100k tokens: every resample's lead is 0.
+    assert rep.lead_interval(100_000, "hybrid") == (0.0, 0.0)
+    per = rep.per_conversation("arbormem", 128)
+    assert list(per) == ["locomo_mini"] and per["locomo_mini"] == pytest.approx(rep.score("arbormem", 128).evidence_recall)
+    with pytest.raises(KeyError):
+        rep.lead_interval(128, "no-such-system")
+
+
 def test_per_question_results_use_independent_token_counts(report) -> None:
     rep, _ = report
     per = [r for r in rep.results if r.budget == 128]

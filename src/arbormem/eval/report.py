@@ -43,7 +43,7 @@ def _pyplot() -> Any:
 
 def locomo_markdown(rep: LocomoReport) -> str:
     """The LoCoMo report: recall by budget for every system, arbormem's lead, per category."""
-    from .runner import SYSTEM_LABELS
+    from .runner import ARBORMEM, SYSTEM_LABELS
 
     budgets = rep.budgets
     head = ["system", *[f"{b}" for b in budgets]]
@@ -72,7 +72,21 @@ def locomo_markdown(rep: LocomoReport) -> str:
              *[f"{rep.score('arbormem', b).evidence_recall - rep.score('hybrid', b).evidence_recall:+.3f}"
                for b in budgets]]
         )
-    out += [_table(head, rows), "", "recall_all (share of questions with every evidence turn present):", ""]
+    out += [_table(head, rows), ""]
+    if "hybrid" in rep.systems and rep.results:
+        spans = [rep.lead_interval(b, "hybrid") for b in budgets]
+        out += ["Lead over the flat hybrid, 95% paired bootstrap interval over questions:", "",
+                _table(["", *[str(b) for b in budgets]],
+                       [["lead interval", *[f"{lo:+.3f} .. {hi:+.3f}" for lo, hi in spans]]]), ""]
+        convs = list(rep.per_conversation(ARBORMEM, budgets[0]))
+        if len(convs) > 1:
+            conv_rows = [
+                [f"{SYSTEM_LABELS.get(s, s)} @ {b}", *[f"{rep.per_conversation(s, b)[c]:.3f}" for c in convs]]
+                for s in (ARBORMEM, "hybrid") for b in budgets
+            ]
+            out += ["Evidence recall per conversation:", "",
+                    _table(["system @ budget", *convs], conv_rows), ""]
+    out += ["recall_all (share of questions with every evidence turn present):", ""]
     out.append(_table(head, [
         [SYSTEM_LABELS.get(s, s), *[f"{rep.score(s, b).recall_all:.3f}" for b in budgets]]
         for s in rep.systems

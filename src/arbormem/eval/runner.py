@@ -153,6 +153,35 @@ class LocomoReport(_Serializable):
         """arbormem's evidence recall minus the best baseline's at ``budget`` (points of 1.0)."""
         return self.score(ARBORMEM, budget).evidence_recall - self.best_baseline(budget).evidence_recall
 
+    def lead_interval(self, budget: int, versus: str, level: float = 0.95, rounds: int = 2000,
+                      seed: int = 0) -> tuple[float, float]:
+        """A paired bootstrap interval of arbormem's lead over ``versus`` at ``budget``.
+
+        Questions are resampled with replacement and both systems scored on the same draw, so
+        the interval shows how much a lead of this size owes to which questions happened to be
+        asked (needs the per-question ``results``; a lead near a target is not a lead over it).
+        """
+        mine = {(r.conversation, r.question): r.recall for r in self.results
+                if r.system == ARBORMEM and r.budget == budget}
+        theirs = {(r.conversation, r.question): r.recall for r in self.results
+                  if r.system == versus and r.budget == budget}
+        keys = sorted(mine.keys() & theirs.keys())
+        if not keys:
+            raise KeyError((versus, budget))
+        diff = np.array([mine[k] - theirs[k] for k in keys])
+        draws = np.random.default_rng(seed).integers(0, len(diff), size=(rounds, len(diff)))
+        means = diff[draws].mean(axis=1)
+        tail = (1.0 - level) / 2
+        return float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail))
+
+    def per_conversation(self, system: str, budget: int) -> dict[str, float]:
+        """Mean evidence recall per conversation (the spread a held-out set will show too)."""
+        by: dict[str, list[float]] = {}
+        for r in self.results:
+            if r.system == system and r.budget == budget:
+                by.setdefault(r.conversation, []).append(r.recall)
+        return {c: float(np.mean(v)) for c, v in sorted(by.items())}
+
     def mean_full_context_tokens(self) -> float:
         vals = list(self.full_context_tokens.values())
         return sum(vals) / len(vals) if vals else 0.0
