@@ -65,7 +65,7 @@ class RecallSettings(BaseModel):
     feedback_docs: int = 10        # best exchanges whose terms make the feedback query
     feedback_terms: int = 20       # terms in the feedback query
     feedback_keep: int = 20        # best exchanges that keep their places ahead of the rest
-    feedback_depth: int = 100      # exchanges below those that feedback re-scores
+    feedback_depth: int = 60       # exchanges below those that feedback re-scores
 
 
 class Settings(BaseSettings):
