@@ -115,6 +115,9 @@ class Hit(_Serializable):
     score: float
     topic_id: str | None
     path: tuple[str, ...]
+    # Why it is a candidate: "dense", "lexical" (the indexes that returned it), "time" (inside
+    # the query's time window), "neighbour" (fetched beside a strong hit), "feedback" (lifted
+    # by the best hits' terms; retrieve/engine.py).
     sources: tuple[str, ...] = ()
 
 

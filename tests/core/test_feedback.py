@@ -42,6 +42,10 @@ def test_feedback_lifts_exchanges_that_share_the_best_hits_terms(tmp_path: Path)
     assert max(off, key=lambda t: off[t]) == hit == max(on, key=lambda t: on[t])
     # Same length and shape: only the feedback query tells the two apart.
     assert on[linked] - on[unlinked] > off[linked] - off[unlinked] + 0.5
+    with Memory(path, embedder=HashEmbedder(), settings=Settings(recall=RecallSettings(
+            coverage_weight=0.0, feedback_docs=1, feedback_keep=1))) as mem:
+        sources = {h.exchange.user_text: h.sources for h in mem.search(QUERY, user_id="u", limit=20)}
+    assert "feedback" in sources[linked] and "feedback" not in sources[unlinked]
 
 
 def test_the_head_keeps_its_order(tmp_path: Path) -> None:

@@ -161,7 +161,8 @@ class Retriever:
         if self.s.coverage_weight > 0 and q.terms:
             self._coverage(user_id, q.terms, fused, exchanges)
         if self.s.feedback_weight > 0 and q.terms:
-            self._feedback(user_id, q.terms, fused, exchanges, n_docs)
+            for i in self._feedback(user_id, q.terms, fused, exchanges, n_docs):
+                sources[i].add("feedback")
 
         # Shift to positive scores (later steps, e.g. the LLM planner, lift multiplicatively).
         low = min(fused.values(), default=0.0)
@@ -195,7 +196,7 @@ class Retriever:
             fused[i] += self.s.coverage_weight * best / len(want)
 
     def _feedback(self, user_id: str, terms: tuple[str, ...], fused: dict[str, float],
-                  exchanges: dict[str, Exchange | ExchangeHead], n_docs: int) -> None:
+                  exchanges: dict[str, Exchange | ExchangeHead], n_docs: int) -> list[str]:
         """Pseudo-relevance feedback for the tail of the ranking (RM3-like, lexical).
 
         List questions ("what activities has she done with her family?") have answers spread
@@ -210,12 +211,13 @@ class Retriever:
         The scoring runs here over those exchanges' text rather than as a second full-text
         query: twenty OR-ed terms made the index score every exchange holding any of them
         (+22 ms at 10k exchanges, against +1.3 ms here), and only the tail is re-ordered anyway.
+        Returns the exchanges it lifted.
         """
         order = [i for i in sorted(fused, key=lambda i: (-fused[i], _seq(exchanges, i))) if i in exchanges]
         head = order[: self.s.feedback_keep]
         tail = order[self.s.feedback_keep : self.s.feedback_keep + self.s.feedback_depth]
         if not tail:
-            return
+            return []
         docs = self._full(user_id, exchanges, order[: self.s.feedback_docs])
         asked = set(terms)
         weight: dict[str, float] = defaultdict(float)
@@ -226,14 +228,14 @@ class Retriever:
                 if t not in asked:
                     weight[t] += n / size
         if not weight:
-            return
+            return []
         df = self.store.get_term_df(user_id, list(weight))
         # A term in one exchange only cannot lead anywhere new (that one is already in hand).
         expansion = {t: idf(df[t], n_docs) for t in weight if df.get(t, 0) >= 2}
         expansion = dict(sorted(expansion.items(), key=lambda kv: (-weight[kv[0]] * kv[1], kv[0]))
                          [: self.s.feedback_terms])
         if not expansion:
-            return
+            return []
         texts = {i: term_counts(f"{ex.user_text} {ex.assistant_text}")
                  for i, ex in self._full(user_id, exchanges, tail).items()}
         lengths = {i: sum(c.values()) for i, c in texts.items()}
@@ -251,6 +253,7 @@ class Retriever:
             fused[i] += top
         for i, v in lift.items():
             fused[i] += v
+        return [i for i, v in lift.items() if v > 0]
 
     def _latest(self, user_id: str) -> Exchange | None:
         last = self.store.list_exchanges(user_id, status="completed", limit=1, newest_first=True)
