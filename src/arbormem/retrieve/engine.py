@@ -61,6 +61,11 @@ def _seq(exchanges: Mapping[str, Exchange | ExchangeHead], ex_id: str) -> int:
     return ex.seq if ex is not None else 0
 
 
+def _ranked(fused: Mapping[str, float], exchanges: Mapping[str, Exchange | ExchangeHead]) -> list[str]:
+    """Candidate ids best first (ties in conversation order), those with a known exchange."""
+    return [i for i in sorted(fused, key=lambda i: (-fused[i], _seq(exchanges, i))) if i in exchanges]
+
+
 def _standardise(ranked: list[tuple[str, float]]) -> tuple[dict[str, float], float]:
     """z-scores of a truncated result list, and the floor for items not in it (its minimum)."""
     if not ranked:
@@ -189,7 +194,7 @@ class Retriever:
         want = set(index_tokens(" ".join(terms)))
         if not want:
             return
-        top = [i for i in sorted(fused, key=lambda i: (-fused[i], _seq(exchanges, i))) if i in exchanges]
+        top = _ranked(fused, exchanges)
         full = self._full(user_id, exchanges, top[: self.s.coverage_depth])
         for i, ex in full.items():
             best = max(len(want.intersection(index_tokens(m))) for m in (ex.user_text, ex.assistant_text))
@@ -213,7 +218,7 @@ class Retriever:
         (+22 ms at 10k exchanges, against +1.3 ms here), and only the tail is re-ordered anyway.
         Returns the exchanges it lifted.
         """
-        order = [i for i in sorted(fused, key=lambda i: (-fused[i], _seq(exchanges, i))) if i in exchanges]
+        order = _ranked(fused, exchanges)
         head = order[: self.s.feedback_keep]
         tail = order[self.s.feedback_keep : self.s.feedback_keep + self.s.feedback_depth]
         if not tail:
@@ -222,7 +227,7 @@ class Retriever:
         asked = set(terms)
         weight: dict[str, float] = defaultdict(float)
         for ex in docs.values():
-            counts = term_counts(f"{ex.user_text} {ex.assistant_text}")
+            counts = term_counts(ex.text)
             size = sum(counts.values()) or 1
             for t, n in counts.items():
                 if t not in asked:
@@ -236,8 +241,7 @@ class Retriever:
                          [: self.s.feedback_terms])
         if not expansion:
             return []
-        texts = {i: term_counts(f"{ex.user_text} {ex.assistant_text}")
-                 for i, ex in self._full(user_id, exchanges, tail).items()}
+        texts = {i: term_counts(ex.text) for i, ex in self._full(user_id, exchanges, tail).items()}
         lengths = {i: sum(c.values()) for i, c in texts.items()}
         avg = max(1.0, sum(lengths.values()) / max(1, len(lengths)))
         scored: list[tuple[str, float]] = []
