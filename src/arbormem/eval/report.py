@@ -80,10 +80,9 @@ def locomo_markdown(rep: LocomoReport) -> str:
                        [["lead interval", *[f"{lo:+.3f} .. {hi:+.3f}" for lo, hi in spans]]]), ""]
         convs = list(rep.per_conversation(ARBORMEM, budgets[0]))
         if len(convs) > 1:
-            conv_rows = [
-                [f"{SYSTEM_LABELS.get(s, s)} @ {b}", *[f"{rep.per_conversation(s, b)[c]:.3f}" for c in convs]]
-                for s in (ARBORMEM, "hybrid") for b in budgets
-            ]
+            per = {(s, b): rep.per_conversation(s, b) for s in (ARBORMEM, "hybrid") for b in budgets}
+            conv_rows = [[f"{SYSTEM_LABELS.get(s, s)} @ {b}", *[f"{recall[c]:.3f}" for c in convs]]
+                         for (s, b), recall in per.items()]
             out += ["Evidence recall per conversation:", "",
                     _table(["system @ budget", *convs], conv_rows), ""]
     out += ["recall_all (share of questions with every evidence turn present):", ""]
