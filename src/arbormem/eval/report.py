@@ -51,7 +51,7 @@ def locomo_markdown(rep: LocomoReport) -> str:
         f"### LoCoMo evidence recall by token budget ({rep.conversations} conversations, "
         f"{rep.exchanges} exchanges, {rep.questions} questions of categories 1-4)",
         "",
-        f"arbormem {rep.version}; embedder `{rep.embedder}`; tokens counted with cl100k_base; "
+        f"arbormem {rep.version}; store {rep.store}; embedder `{rep.embedder}`; tokens counted with cl100k_base; "
         f"{rep.machine}; {rep.date}.",
         "",
         "Evidence recall (share of evidence turns verbatim in the context):",

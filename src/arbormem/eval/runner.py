@@ -125,6 +125,7 @@ class LocomoReport(_Serializable):
     date: str
     version: str = ""
     results: tuple[QuestionResult, ...] = field(default=(), repr=False)
+    store: str = "sqlite"  # the Store class that held arbormem's memory (older reports: SQLite)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LocomoReport:
@@ -362,6 +363,7 @@ def run_locomo(
         date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         version=code_version(),
         results=tuple(results),
+        store=type(mem.store).__name__.removesuffix("Store").lower(),
     )
 
 
