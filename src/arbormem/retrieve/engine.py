@@ -144,8 +144,8 @@ class Retriever:
         # question that matched), so each exchange gains beta x its best neighbour's score.
         if self.s.neighbour_weight > 0:
             by_seq = {(ex.session_id, ex.seq): i for i, ex in exchanges.items()}
-            strongest = sorted(fused, key=lambda i: (-fused[i], _seq(exchanges, i)))[: self.s.neighbours]
-            want = sorted({exchanges[i].seq + d for i in strongest if i in exchanges for d in (-1, 1)}
+            strongest = _ranked(fused, exchanges)[: self.s.neighbours]
+            want = sorted({exchanges[i].seq + d for i in strongest for d in (-1, 1)}
                           - {s for (_, s) in by_seq})
             for nb in self.store.exchanges_by_seq(user_id, want):
                 if (nb.session_id, nb.seq) in by_seq or nb.status != "completed" or nb.archived:
