@@ -1,5 +1,7 @@
-"""Shared fixtures: real SQLite files in tmp dirs, the deterministic HashEmbedder, and (once per
-session) the bundled MiniLM model."""
+"""Shared fixtures: real SQLite files in tmp dirs, the deterministic HashEmbedder, (once per
+session) the bundled MiniLM model, and a real PostgreSQL 18 + pgvector server: ``pg_url`` for
+the session, ``pg_database`` a fresh database per test (tests/support/postgres.py). They are
+registered here only, so every directory shares the one server."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 
 from arbormem import Memory
 from arbormem.embed.testing import HashEmbedder
+from tests.support.postgres import pg_database, pg_url  # noqa: F401  (fixtures)
 
 
 @pytest.fixture

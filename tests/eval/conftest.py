@@ -4,8 +4,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.postgres import pg_database, pg_url  # noqa: F401  (fixtures: a real PostgreSQL)
-
 DATA = Path(__file__).parent / "data"
 MINI = DATA / "locomo_mini.json"
 

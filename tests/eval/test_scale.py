@@ -7,20 +7,15 @@ partition, and that the real write path carries on from it.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-_TESTS = str(Path(__file__).resolve().parents[1])
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
-
-from arbormem.check import check_user  # noqa: E402
-from arbormem.eval.cli import main as eval_main  # noqa: E402
-from arbormem.eval.scale import (  # noqa: E402
+from arbormem.check import check_user
+from arbormem.eval.cli import main as eval_main
+from arbormem.eval.scale import (
     ScaleConfig,
     SubjectEmbedder,
     World,
@@ -30,10 +25,10 @@ from arbormem.eval.scale import (  # noqa: E402
     run_size,
     synthesise,
 )
-from arbormem.memory import Memory  # noqa: E402
-from arbormem.store.sqlite import SQLiteStore  # noqa: E402
+from arbormem.memory import Memory
+from arbormem.store.sqlite import SQLiteStore
 
-# pg_url / pg_database (a real PostgreSQL server, a fresh database per test) come from conftest.py.
+# pg_url / pg_database (a real PostgreSQL server, a fresh database per test): tests/conftest.py.
 
 
 def test_history_is_deterministic_and_queries_name_their_exchange() -> None:

@@ -12,7 +12,6 @@ from arbormem import Memory
 from arbormem.organize.consolidate import ALIASES, PART_TEXT, alias_id, alias_owner, is_alias
 from arbormem.text import terms
 from tests.conftest import chat
-from tests.support.postgres import pg_database, pg_url  # noqa: F401  (fixtures)
 from tests.support.subjects import SUBJECTS, T0
 
 

