@@ -141,3 +141,53 @@ def test_explorer_enforces_the_token(server: LiveServer, page: Any) -> None:
     page.wait_for_function("document.querySelector('#status').textContent.includes('unauthorized')")
     assert page.locator("#tree .node").count() == 0
     assert "cello" not in page.content()
+
+
+def test_a_slow_answer_to_an_earlier_click_does_not_overwrite_a_later_one(
+        tmp_path: Path, demo_data: dict[str, Any], page: Any) -> None:
+    """Clicking a theme and then one of its topics sends two requests; when the theme's answer
+    comes last (held back here on the server), the pane must still show the topic."""
+    import asyncio
+
+    from arbormem.server.app import create_app
+
+    mem = Memory(tmp_path / "ui.db", embedder="hash")
+    mem.add_many(demo_data["exchanges"], user_id="alice")
+    app = create_app(mem, tokens=TOKENS)
+    hold: dict[str, str] = {}
+
+    @app.middleware("http")
+    async def slow_for_one_topic(request: Any, call_next: Any) -> Any:
+        if hold.get("id") and request.url.path.endswith("/topics/" + hold["id"]):
+            await asyncio.sleep(1.0)
+        return await call_next(request)
+
+    srv = LiveServer(app)
+    try:
+        _login(page, srv.url, "tok-alice-bob", "alice")
+        page.wait_for_selector("#tree .node")
+        page.click("#expand-all")
+        theme = page.locator('#tree > .node[data-kind="theme"]').first
+        topic = theme.locator('.node[data-kind="topic"]').first
+        hold["id"] = theme.get_attribute("data-id")
+        expected = topic.locator(":scope > .label .title").text_content().strip()
+        assert expected != theme.locator(":scope > .label .title").text_content().strip()
+        held: list[str] = []
+        page.on("response", lambda r: held.append(r.url) if "/topics/" + hold["id"] + "?" in r.url else None)
+        # Collapse and re-open the theme (each click also opens its pane), then open the topic.
+        theme.locator(":scope > .label").click()
+        theme.locator(":scope > .label").click()
+        topic.locator(":scope > .label").click()
+        page.wait_for_function(
+            "t => document.querySelector('#topic-title').textContent.trim() === t", arg=expected)
+        for _ in range(100):  # the two held-back answers to the earlier clicks arrive...
+            if len(held) == 2:
+                break
+            page.wait_for_timeout(50)
+        assert len(held) == 2
+        page.wait_for_timeout(100)
+        assert page.text_content("#topic-title").strip() == expected  # ...and change nothing
+        assert page.js_errors == []
+    finally:
+        srv.stop()
+        mem.close()

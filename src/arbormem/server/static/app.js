@@ -35,6 +35,12 @@ async function api(method, path, body) {
   return data;
 }
 
+// Each pane shows the answer to its latest request only: a click on a theme and then on one of
+// its topics sends two requests, and the slower (older) answer must not overwrite the newer.
+const latest = { topic: 0, search: 0, recall: 0 };
+const ticket = (pane) => ++latest[pane];
+const stale = (pane, n) => n !== latest[pane];
+
 const userPath = (suffix) => `/v1/users/${encodeURIComponent(state.user)}${suffix}`;
 const day = (iso) => (iso ? iso.slice(0, 10) : "");
 const span = (t) => (t.first_at ? (day(t.first_at) === day(t.last_at) ? day(t.first_at) : `${day(t.first_at)} – ${day(t.last_at)}`) : "");
@@ -101,7 +107,9 @@ async function showTopic(id) {
   document.querySelectorAll(".node.selected").forEach((n) => n.classList.remove("selected"));
   const li = document.querySelector(`.node[data-id="${CSS.escape(id)}"]`);
   if (li) li.classList.add("selected");
+  const n = ticket("topic");
   const data = await api("GET", userPath(`/topics/${encodeURIComponent(id)}?tier=2`));
+  if (stale("topic", n)) return;
   const t = data.topic;
   $("topic").hidden = false;
   $("topic-path").textContent = (t.path || []).slice(0, -1).join(" › ");
@@ -121,8 +129,10 @@ async function search(ev) {
   const q = $("search-q").value.trim();
   const out = $("search-results");
   out.replaceChildren();
+  const n = ticket("search");
   if (!q) return;
   const { hits } = await api("POST", userPath("/search"), { query: q, limit: 10 });
+  if (stale("search", n)) return;
   if (!hits.length) out.append(el("p", { class: "muted" }, "No matches."));
   for (const h of hits) {
     const row = el("div", { class: "hit", "data-exchange": h.exchange.id },
@@ -138,7 +148,9 @@ async function recall(ev) {
   const q = $("recall-q").value.trim();
   if (!q) return;
   const n = parseInt($("recall-n").value, 10) || 0;
+  const mine = ticket("recall");
   const r = await api("POST", userPath("/recall"), { query: q, max_tokens: n });
+  if (stale("recall", mine)) return;
   $("recall-out").hidden = false;
   $("recall-meta").textContent = `${r.tokens} of ${n} tokens · ${r.exchanges.length} exchanges from ${r.topics.length} topics · ${Math.round(r.trace.timings_ms.total || 0)} ms`;
   const byTopic = new Map(r.topics.map((t) => [t.id, t]));
