@@ -22,6 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -259,18 +260,20 @@ class Retriever:
             fused[i] += v
         return [i for i, v in lift.items() if v > 0]
 
-    def _latest(self, user_id: str) -> Exchange | None:
+    def _now_and_size(self, user_id: str) -> tuple[datetime | None, int]:
+        """What a query is read against, from the user's newest exchange (one row): its time
+        ("last week" counts back from it) and the exchange count for IDF (its sequence number
+        + 1; deleted exchanges still count, which IDF does not mind)."""
         last = self.store.list_exchanges(user_id, status="completed", limit=1, newest_first=True)
-        return last[0] if last else None
+        return (last[0].user_at, last[0].seq + 1) if last else (None, 1)
 
     # -- public operations ------------------------------------------------------------------------
     def search(self, user_id: str, query: str, limit: int) -> list[Hit]:
-        latest = self._latest(user_id)
-        q = analyse(query, latest.user_at if latest else None)
+        now, n_docs = self._now_and_size(user_id)
+        q = analyse(query, now)
         qvec = self.embedder.embed_one(query)
         timings: dict[str, float] = {}
-        cands, _, exchanges = self._score(user_id, q, qvec, max(limit * 3, self.s.candidates),
-                                          _n_docs(latest), timings)
+        cands, _, exchanges = self._score(user_id, q, qvec, max(limit * 3, self.s.candidates), n_docs, timings)
         ranked = sorted(cands.values(), key=lambda c: (-c.score, _seq(exchanges, c.ex_id)))[:limit]
         full = self._full(user_id, exchanges, [c.ex_id for c in ranked])
         paths = TopicPaths(self.store, user_id).paths(t for c in ranked if (t := full[c.ex_id].topic_id))
@@ -295,13 +298,12 @@ class Retriever:
         from its record and title path."""
         t_start = time.perf_counter()
         timings: dict[str, float] = {}
-        latest = self._latest(user_id)
-        now = latest.user_at if latest else None
+        now, n_docs = self._now_and_size(user_id)
         q = analyse(query, now)
         t0 = time.perf_counter()
         qvec = self.embedder.embed_one(query)
         timings["embed"] = (time.perf_counter() - t0) * 1000
-        cands, topic_norm, exchanges = self._score(user_id, q, qvec, self.s.candidates, _n_docs(latest), timings)
+        cands, topic_norm, exchanges = self._score(user_id, q, qvec, self.s.candidates, n_docs, timings)
         notes = list(q.notes)
         if planner is not None:  # the optional LLM step: at most one call (retrieve/llm_plan.py)
             t0 = time.perf_counter()
@@ -462,12 +464,6 @@ class Retriever:
         if recent:
             packets.append(("## Recent", [blocks[e.id] for e in recent]))
         return render(packets)
-
-
-def _n_docs(latest: Exchange | None) -> int:
-    """The user's exchange count for IDF, from the newest one's sequence number (one row read
-    per recall already; deleted exchanges still count, which IDF does not mind)."""
-    return latest.seq + 1 if latest is not None else 1
 
 
 def _short(path: tuple[str, ...]) -> tuple[str, ...]:
