@@ -162,10 +162,7 @@ class LocomoReport(_Serializable):
         the interval shows how much a lead of this size owes to which questions happened to be
         asked (needs the per-question ``results``; a lead near a target is not a lead over it).
         """
-        mine = {(r.conversation, r.question): r.recall for r in self.results
-                if r.system == ARBORMEM and r.budget == budget}
-        theirs = {(r.conversation, r.question): r.recall for r in self.results
-                  if r.system == versus and r.budget == budget}
+        mine, theirs = self._by_question(ARBORMEM, budget), self._by_question(versus, budget)
         keys = sorted(mine.keys() & theirs.keys())
         if not keys:
             raise KeyError((versus, budget))
@@ -178,10 +175,14 @@ class LocomoReport(_Serializable):
     def per_conversation(self, system: str, budget: int) -> dict[str, float]:
         """Mean evidence recall per conversation (the spread a held-out set will show too)."""
         by: dict[str, list[float]] = {}
-        for r in self.results:
-            if r.system == system and r.budget == budget:
-                by.setdefault(r.conversation, []).append(r.recall)
+        for (conversation, _), recall in self._by_question(system, budget).items():
+            by.setdefault(conversation, []).append(recall)
         return {c: float(np.mean(v)) for c, v in sorted(by.items())}
+
+    def _by_question(self, system: str, budget: int) -> dict[tuple[str, int], float]:
+        """``system``'s evidence recall at ``budget`` per (conversation, question index)."""
+        return {(r.conversation, r.question): r.recall for r in self.results
+                if r.system == system and r.budget == budget}
 
     def mean_full_context_tokens(self) -> float:
         vals = list(self.full_context_tokens.values())
