@@ -41,7 +41,8 @@ class Exchange(_Serializable):
     """One user message and the assistant's reply (plus optional system/tool messages).
 
     The verbatim ``messages`` are the source of truth; ``user_text`` / ``assistant_text`` are
-    the concatenated contents of the user and assistant messages.
+    the concatenated contents of the user and assistant messages (each as ``"name: content"``
+    when the message carries an OpenAI-style participant ``name``).
     """
 
     id: str

@@ -11,6 +11,7 @@ from .retrieve.render import message_text
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 MAX_ID = 256
+MAX_NAME = 64
 
 
 def user_id(value: object) -> str:
@@ -72,6 +73,17 @@ def metadata(value: object) -> dict[str, Any]:
         raise ValidationError(f"metadata must be JSON-serialisable: {exc}") from exc
 
 
+def name(value: object, what: str) -> str | None:
+    """An OpenAI-style participant ``name``: one line of at most 64 characters, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError(f"{what} must be a string, got {type(value).__name__}")
+    if not value.strip() or len(value) > MAX_NAME or any(c in value for c in "\n\r\x00"):
+        raise ValidationError(f"{what} must be one non-empty line of at most {MAX_NAME} characters")
+    return value.strip()
+
+
 def messages(value: object, limit: int) -> tuple[list[dict[str, Any]], str, str]:
     """Validate OpenAI-format messages; return (messages, user_text, assistant_text)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
@@ -89,8 +101,13 @@ def messages(value: object, limit: int) -> tuple[list[dict[str, Any]], str, str]
         if content is not None and not isinstance(content, (str, list)):
             raise ValidationError(f"messages[{i}].content must be a string or a list of parts")
         body = message_text(msg)
+        speaker = name(msg.get("name"), f"messages[{i}].name")
         if body:
             text(body, f"messages[{i}].content", limit)
+            if speaker:
+                # The participant's name is part of what is indexed ("Maria: ..."), so a question
+                # that names a person finds that person's own messages.
+                body = f"{speaker}: {body}"
         if role == "user":
             users.append(body)
         elif role == "assistant":

@@ -27,6 +27,10 @@ from tests.conftest import chat
     ["not a dict"],
     [{"role": "user", "content": "bad\x00nul"}],
     [{"role": "user", "content": "lone surrogate \ud800"}],
+    [{"role": "user", "name": 7, "content": "a number for a name"}],
+    [{"role": "user", "name": "  ", "content": "a blank name"}],
+    [{"role": "user", "name": "two\nlines", "content": "a name that starts a new line"}],
+    [{"role": "user", "name": "x" * 65, "content": "a name too long"}],
 ])
 def test_bad_messages_are_rejected(mem: Memory, messages) -> None:
     with pytest.raises(ValidationError):

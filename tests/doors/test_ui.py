@@ -37,6 +37,9 @@ def server(tmp_path: Path, demo_data: dict[str, Any]) -> Iterator[LiveServer]:
     # Stored markup must render as text, never run.
     mem.add(chat('<img src=x onerror="window.__pwned=1"> is my avatar markup', "<b>bold</b> reply"),
             user_id="alice")
+    # A multi-party exchange: its messages name their speakers.
+    mem.add([{"role": "user", "name": "Maria", "content": "I signed up for pottery classes on Tuesdays."},
+             {"role": "assistant", "name": "John", "content": "Pottery sounds relaxing."}], user_id="alice")
     srv = LiveServer(create_app(mem, tokens=TOKENS))
     yield srv
     srv.stop()
@@ -124,6 +127,15 @@ def test_explorer_tree_topic_search_and_recall(server: LiveServer, page: Any, tm
     assert "<img" in page.text_content("#search-results")
     assert page.evaluate("window.__pwned") is None
     assert page.locator("#search-results img").count() == 0
+
+    # Messages that name their speaker show the name where others show the role.
+    page.fill("#search-q", "pottery classes")
+    page.click("#search-form button")
+    page.wait_for_selector("#search-results .hit")
+    page.click("#search-results .hit")
+    page.wait_for_function("document.querySelector('#topic-exchanges').textContent.includes('pottery classes')")
+    roles = page.locator("#topic-exchanges .msg .role").all_text_contents()
+    assert roles[:2] == ["Maria:", "John:"]
     assert page.js_errors == []
 
     SHOTS.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import validate
 from ..errors import ConfigError
 from ..models import _Serializable
 
@@ -183,9 +184,7 @@ def locomo_items(files: Sequence[str], size: int) -> tuple[list[dict[str, Any]],
 
 def _item_text(item: dict[str, Any]) -> str:
     """The text arbormem embeds for an exchange (``Exchange.text``)."""
-    msgs = item["messages"]
-    user = "\n".join(m["content"] for m in msgs if m["role"] == "user")
-    assistant = "\n".join(m["content"] for m in msgs if m["role"] == "assistant")
+    _, user, assistant = validate.messages(item["messages"], limit=1 << 30)
     return f"{user}\n{assistant}" if assistant else user
 
 

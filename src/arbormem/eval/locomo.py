@@ -3,9 +3,9 @@
 LoCoMo (Maharana et al., ACL 2024; snap-research/locomo, CC BY-NC 4.0) holds long two-person
 conversations split into dated sessions, plus questions whose evidence is a list of turn ids
 (``D3:7`` = session 3, turn 7). The evaluation turns every session into exchanges by pairing
-consecutive turns (first turn as the "user" message, second as the "assistant" message), keeps
-the speaker names in the text, dates each exchange with its session's date and stores the turn
-ids in the exchange metadata. LLM-made annotations (summaries, observations, event lists) are
+consecutive turns (first turn as the "user" message, second as the "assistant" message), gives
+each message its speaker as the participant ``name``, dates each exchange with its session's
+date and stores the turn ids in the exchange metadata. LLM-made annotations (summaries, observations, event lists) are
 never read: a real user's memory only has the dialogue.
 """
 
@@ -45,12 +45,13 @@ class Turn:
     text: str
     caption: str | None = None
 
+    def content(self) -> str:
+        """The message content: the text, and the shared photo's caption."""
+        return f"{self.text} [shares a photo: {self.caption}]" if self.caption else self.text
+
     def render(self) -> str:
-        """The turn as stored in memory: speaker name, text, and the shared photo's caption."""
-        line = f"{self.speaker}: {self.text}"
-        if self.caption:
-            line += f" [shares a photo: {self.caption}]"
-        return line
+        """The turn as a line of transcript: ``speaker: content``."""
+        return f"{self.speaker}: {self.content()}"
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,12 @@ class Unit:
         return tuple(t.dia_id for t in self.turns)
 
     def messages(self) -> list[dict[str, str]]:
-        """OpenAI-format messages: the first turn as ``user``, the second as ``assistant``."""
+        """OpenAI-format messages: the first turn as ``user``, the second as ``assistant``, each
+        with the speaker as the participant ``name`` (both speakers are people; arbormem indexes
+        and renders ``speaker: content``, the same line the baselines see)."""
         roles = ("user", "assistant")
-        return [{"role": roles[i], "content": t.render()} for i, t in enumerate(self.turns)]
+        return [{"role": roles[i], "name": t.speaker, "content": t.content()}
+                for i, t in enumerate(self.turns)]
 
     def text(self) -> str:
         """The unit's text as flat baselines see it (same words the library stores)."""

@@ -56,12 +56,20 @@ def defuse(text: str) -> str:
 def _role_lines(ex: Exchange) -> list[str]:
     out = []
     for msg in ex.messages:
-        role = str(msg.get("role", "user"))
         content = message_text(msg)
         if not content:
             continue
-        out.append(f"{role}: {defuse(content)}")
+        out.append(f"{defuse(speaker(msg))}: {defuse(content)}")
     return out
+
+
+def speaker(msg: Mapping[str, Any]) -> str:
+    """Who said it: the message's participant ``name`` when it has one (a multi-party chat:
+    "Maria: ..." rather than "user: ..."), else its role."""
+    name = msg.get("name")
+    if isinstance(name, str) and name.strip():
+        return name.strip()
+    return str(msg.get("role", "user"))
 
 
 def message_text(msg: Mapping[str, Any]) -> str:

@@ -98,7 +98,8 @@ function messageList(ex) {
   box.append(el("div", { class: "muted" }, `#${ex.seq} · ${day(ex.user_at)}${ex.session_id ? " · " + ex.session_id : ""}`));
   for (const m of ex.messages) {
     const text = typeof m.content === "string" ? m.content : (m.content || []).map((p) => p.text || "").join("\n");
-    box.append(el("div", { class: "msg" }, el("span", { class: "role" }, m.role + ":"), text));
+    // A multi-party chat names its participants (OpenAI's `name`); show who spoke, as recall does.
+    box.append(el("div", { class: "msg" }, el("span", { class: "role" }, (m.name || m.role) + ":"), text));
   }
   return box;
 }
