@@ -24,7 +24,6 @@ WEEKDAYS = {d: i for i, d in enumerate("monday tuesday wednesday thursday friday
 _UNITS = {"day": 1, "week": 7, "month": 30, "year": 365}
 _NUM_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
               "seven": 7, "eight": 8, "nine": 9, "ten": 10, "few": 3, "couple": 2, "several": 3}
-_NAME = re.compile(r"\b([A-Z][\w'’-]+)")
 
 
 @dataclass(frozen=True)
@@ -33,9 +32,7 @@ class QueryAnalysis:
 
     text: str
     terms: tuple[str, ...]
-    names: tuple[str, ...] = ()
     time_range: tuple[datetime, datetime] | None = None
-    asks_when: bool = False
     names_day: bool = False  # the window is the week up to a day the query names
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -47,15 +44,9 @@ def _month_range(year: int, month: int, tz) -> tuple[datetime, datetime]:  # typ
 
 
 def analyse(query: str, now: datetime | None) -> QueryAnalysis:
-    """Terms, capitalised names and a time window for ``query`` (relative to ``now``)."""
+    """Content terms and a time window for ``query`` (relative to ``now``)."""
     low = query.lower()
     words = re.findall(r"[\w']+", low)
-    names = tuple(dict.fromkeys(
-        m for i, m in enumerate(_NAME.findall(query))
-        if not (i == 0 and query.lstrip().startswith(m)) and m.lower() not in MONTHS
-        and m.lower() not in WEEKDAYS
-    ))
-    asks_when = bool(re.search(r"\b(when|what (date|day|time|year|month)|how long ago)\b", low))
     rng: tuple[datetime, datetime] | None = None
     notes: list[str] = []
     day = None
@@ -106,8 +97,8 @@ def analyse(query: str, now: datetime | None) -> QueryAnalysis:
                 rng = (d, d + timedelta(days=1))
             if rng is not None:
                 notes.append("relative time")
-    return QueryAnalysis(text=query, terms=tuple(terms(query)), names=names, time_range=rng,
-                         asks_when=asks_when, names_day=day is not None, notes=tuple(notes))
+    return QueryAnalysis(text=query, terms=tuple(terms(query)), time_range=rng,
+                         names_day=day is not None, notes=tuple(notes))
 
 
 _MONTH_RE = "|".join(sorted(MONTHS, key=len, reverse=True))
