@@ -107,6 +107,14 @@ def test_typed_errors_limits_and_openapi(live: LiveServer) -> None:
         assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_input"
         role = c.post("/v1/users/alice/exchanges", json={"messages": [{"role": "wizard", "content": "x"}]})
         assert role.status_code == 422 and "role" in role.json()["error"]["message"]
+        name = c.post("/v1/users/alice/exchanges", json={"messages": [{"role": "user", "name": ["x"], "content": "x"}]})
+        assert name.status_code == 422 and "messages[0].name" in name.json()["error"]["message"]
+        named = c.post("/v1/users/alice/exchanges", json={"messages": [
+            {"role": "user", "name": "Maria", "content": "I adopted a grey cat named Pixel."},
+            {"role": "assistant", "name": "John", "content": "Pixel is a great name!"}]})
+        assert named.status_code == 201 and named.json()["messages"][0]["name"] == "Maria"
+        text = c.post("/v1/users/alice/recall", json={"query": "Maria's cat Pixel", "max_tokens": 300}).json()["text"]
+        assert "Maria: I adopted a grey cat named Pixel.\nJohn: Pixel is a great name!" in text
         broken = c.post("/v1/users/alice/recall", content=b"{not json", headers={"content-type": "application/json"})
         assert broken.status_code == 422 and broken.json()["error"]["code"] == "invalid_input"
         big = c.post("/v1/users/alice/exchanges", json={"messages": chat("x" * 300_000, "y")})

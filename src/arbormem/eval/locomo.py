@@ -5,8 +5,8 @@ conversations split into dated sessions, plus questions whose evidence is a list
 (``D3:7`` = session 3, turn 7). The evaluation turns every session into exchanges by pairing
 consecutive turns (first turn as the "user" message, second as the "assistant" message), gives
 each message its speaker as the participant ``name``, dates each exchange with its session's
-date and stores the turn ids in the exchange metadata. LLM-made annotations (summaries, observations, event lists) are
-never read: a real user's memory only has the dialogue.
+date and stores the turn ids in the exchange metadata. LLM-made annotations (summaries,
+observations, event lists) are never read: a real user's memory only has the dialogue.
 """
 
 from __future__ import annotations

@@ -65,6 +65,9 @@ class Message(BaseModel):
     model_config = {"extra": "allow"}
     role: str
     content: str | list[Any] | None = None
+    # OpenAI's participant name; in a chat with several people the context shows it instead
+    # of the role. Checked by the library (one line, at most 64 characters).
+    name: Any = None
 
 
 class AddBody(BaseModel):
