@@ -66,6 +66,10 @@ class RecallSettings(BaseModel):
     feedback_terms: int = 20       # terms in the feedback query
     feedback_keep: int = 20        # best exchanges that keep their places ahead of the rest
     feedback_depth: int = 60       # exchanges below those that feedback re-scores
+    # A query that names some participants of a multi-party chat (messages with `name`) gets
+    # only their lines from the exchanges ranked below the best `speaker_focus_after`.
+    speaker_focus: bool = True
+    speaker_focus_after: int = 5
 
 
 class Settings(BaseSettings):

@@ -32,13 +32,13 @@ from ..embed.base import Embedder
 from ..models import Exchange, Hit, Recall, RecallTrace, Topic
 from ..organize.consolidate import linked_topics, recall_marks, resolve_topic_hits
 from ..store.base import ExchangeHead, Store, TopicRecord
-from ..text import idf, index_tokens, term_counts
+from ..text import idf, index_tokens, term_counts, terms
 from ..tokens import TokenCounter
 from .query import QueryAnalysis, analyse
 
 if TYPE_CHECKING:  # pragma: no cover
     from .llm_plan import RecallPlanner
-from .render import packet_header, render, render_exchange
+from .render import message_text, packet_header, render, render_exchange, speaker
 from .topics import TopicPaths
 
 RRF_K = 60.0
@@ -327,7 +327,12 @@ class Retriever:
             recent_list = list(reversed(self.store.list_exchanges(
                 user_id, status="completed", limit=recent, newest_first=True)))
         tree = TopicPaths(self.store, user_id)
-        packed, text, tokens, dropped = self._pack(user_id, cands, exchanges, recent_list, max_tokens, tree)
+        asked = set(q.terms) if self.s.speaker_focus else set()
+        packed, text, tokens, dropped, focused = self._pack(user_id, cands, exchanges, recent_list, max_tokens,
+                                                            tree, asked)
+        if focused:
+            notes.append("lines of " + ", ".join(sorted(focused)) + " only, below the best "
+                         f"{self.s.speaker_focus_after} exchanges")
         timings["pack"] = (time.perf_counter() - t0) * 1000
         timings["total"] = (time.perf_counter() - t_start) * 1000
 
@@ -343,20 +348,28 @@ class Retriever:
         return Recall(text=text, tokens=tokens, exchanges=tuple(packed), topics=topics, trace=trace)
 
     def _pack(self, user_id: str, cands: Mapping[str, _Cand], exchanges: dict[str, Exchange | ExchangeHead],
-              recent: list[Exchange], budget: int, tree: TopicPaths) -> tuple[list[Exchange], str, int, int]:
+              recent: list[Exchange], budget: int, tree: TopicPaths,
+              asked: set[str]) -> tuple[list[Exchange], str, int, int, set[str]]:
+        """Greedy packing down the ranking. Returns the packed exchanges, the context, its
+        exact token count, how many candidates were left out, and the participants whose lines
+        alone stood for lower-ranked exchanges (see ``_speaker_focus``)."""
         count = self.counter.count
         blocks: dict[str, str] = {}
         cost: dict[str, int] = {}
+        focus: dict[str, frozenset[str]] = {}
 
-        def block(ex: Exchange) -> str:
+        def block(ex: Exchange, pos: int | None = None) -> str:
             if ex.id not in blocks:
-                blocks[ex.id] = render_exchange(ex)
+                keep = _speaker_focus(ex, asked) if pos is not None and pos >= self.s.speaker_focus_after else None
+                if keep is not None:
+                    focus[ex.id] = keep
+                blocks[ex.id] = render_exchange(ex, speakers=keep)
                 cost[ex.id] = count(blocks[ex.id]) + 1
             return blocks[ex.id]
 
         frame = count(render([("## Topic", [])])) + 1
         if budget <= frame + 8:
-            return [], "", 0, len(cands)
+            return [], "", 0, len(cands), set()
         used = frame
         chosen: list[Exchange] = []
         chosen_ids: set[str] = set()
@@ -395,7 +408,7 @@ class Retriever:
                 ex = full.get(c.ex_id)
                 if ex is None:  # deleted meanwhile
                     continue
-                block(ex)
+                block(ex, pos)
                 extra = cost[ex.id] + (0 if ex.topic_id in headers else header_cost)
                 if used + extra > budget or per_topic[ex.topic_id] + cost[ex.id] > cap_per_topic:
                     misfits += 1
@@ -418,7 +431,8 @@ class Retriever:
 
         def rendered() -> tuple[str, int]:
             # ``tree`` fetches each topic once: a refill only looks up the topics it added.
-            out = self._render(chosen, recent_chosen, tree.paths(t for e in chosen if (t := e.topic_id)), blocks)
+            out = self._render(chosen, recent_chosen, tree.paths(t for e in chosen if (t := e.topic_id)), blocks,
+                               focus)
             return out, count(out)
 
         text, tokens = rendered()
@@ -441,11 +455,14 @@ class Retriever:
                 break
             text, tokens = rendered()
         packed = sorted(chosen, key=lambda e: e.seq) + recent_chosen
-        return packed, text, tokens, max(0, len(cands) - len(chosen))
+        # The participants as their messages name them, for the trace.
+        focused = {who for e in chosen if e.id in focus for m in e.messages
+                   if (who := speaker(m)).casefold() in focus[e.id]}
+        return packed, text, tokens, max(0, len(cands) - len(chosen)), focused
 
     @staticmethod
     def _render(chosen: list[Exchange], recent: list[Exchange], paths: Mapping[str, tuple[str, ...]],
-                blocks: Mapping[str, str]) -> str:
+                blocks: Mapping[str, str], focus: Mapping[str, frozenset[str]]) -> str:
         by_topic: dict[str | None, list[Exchange]] = defaultdict(list)
         for ex in chosen:
             by_topic[ex.topic_id].append(ex)
@@ -458,12 +475,37 @@ class Retriever:
             days = {e.user_at.date() for e in exs}
             if len(days) == 1:
                 header = packet_header(_short(paths.get(tid or "", ())), exs[0].user_at.date().isoformat())
-                packets.append((header, [render_exchange(e, dated=False) for e in exs]))
+                packets.append((header, [render_exchange(e, dated=False, speakers=focus.get(e.id)) for e in exs]))
             else:
                 packets.append((packet_header(_short(paths.get(tid or "", ()))), [blocks[e.id] for e in exs]))
         if recent:
             packets.append(("## Recent", [blocks[e.id] for e in recent]))
         return render(packets)
+
+
+def _speaker_focus(ex: Exchange, asked: set[str]) -> frozenset[str] | None:
+    """The participants of ``ex`` whose lines alone stand for it in the context, or None.
+
+    In a chat between several people, whose messages carry OpenAI's ``name``, a question that
+    names some of them ("What has Maria done to help her community?") is answered by their own
+    lines: an exchange below the best few adds what the named person said, and the other side
+    of it mostly costs tokens. Such exchanges are rendered as the named participants' messages
+    only (still verbatim, under their names), so the budget holds more of them. Exchanges that
+    name none of the asked participants, or only them, stay whole. A name matches when one of
+    its words is a query term ("Maria's" -> "maria").
+    """
+    if not asked:
+        return None
+    present: set[str] = set()
+    keep: set[str] = set()
+    for msg in ex.messages:
+        if not message_text(msg):
+            continue
+        who = speaker(msg)
+        present.add(who.casefold())
+        if isinstance(msg.get("name"), str) and asked.intersection(terms(who)):
+            keep.add(who.casefold())
+    return frozenset(keep) if keep and keep < present else None
 
 
 def _short(path: tuple[str, ...]) -> tuple[str, ...]:

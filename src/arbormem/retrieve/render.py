@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from ..models import Exchange
@@ -53,13 +54,16 @@ def defuse(text: str) -> str:
     return _DELIM.sub(lambda m: f"‹{'/' if m.group(1) else ''}memory-context›", text)
 
 
-def _role_lines(ex: Exchange) -> list[str]:
+def _role_lines(ex: Exchange, speakers: AbstractSet[str] | None = None) -> list[str]:
     out = []
     for msg in ex.messages:
         content = message_text(msg)
         if not content:
             continue
-        out.append(f"{defuse(speaker(msg))}: {defuse(content)}")
+        who = speaker(msg)
+        if speakers is not None and who.casefold() not in speakers:
+            continue
+        out.append(f"{defuse(who)}: {defuse(content)}")
     return out
 
 
@@ -88,9 +92,10 @@ def message_text(msg: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def render_exchange(ex: Exchange, dated: bool = True) -> str:
-    """One exchange, one line per message (verbatim content); ``dated`` prefixes its day."""
-    lines = _role_lines(ex)
+def render_exchange(ex: Exchange, dated: bool = True, speakers: AbstractSet[str] | None = None) -> str:
+    """One exchange, one line per message (verbatim content); ``dated`` prefixes its day;
+    ``speakers`` (case-folded names) keeps only those participants' lines."""
+    lines = _role_lines(ex, speakers)
     if not lines:
         return ""
     mark = fact_mark(ex)
