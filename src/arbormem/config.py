@@ -67,9 +67,10 @@ class RecallSettings(BaseModel):
     feedback_keep: int = 20        # best exchanges that keep their places ahead of the rest
     feedback_depth: int = 60       # exchanges below those that feedback re-scores
     # A query that names some participants of a multi-party chat (messages with `name`) gets
-    # only their lines from the exchanges ranked below the best `speaker_focus_after`.
+    # only their lines from the exchanges below the best ones, which stay whole until they
+    # have taken this share of the budget.
     speaker_focus: bool = True
-    speaker_focus_after: int = 5
+    speaker_focus_share: float = 0.33
 
 
 class Settings(BaseSettings):

@@ -1,5 +1,5 @@
 """Speaker focus: in a chat between named people, a question that names one of them gets only
-that person's lines from the exchanges below the best few (retrieve/engine.py `_speaker_focus`);
+that person's lines from the exchanges below the best ones (retrieve/engine.py `_speaker_focus`);
 everything else is packed whole, as before."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from pathlib import Path
 from arbormem import Memory
 from arbormem.config import RecallSettings, Settings
 from arbormem.embed.testing import HashEmbedder
+from arbormem.eval.runner import count_tokens
+from arbormem.retrieve.render import render_exchange
 from tests.conftest import chat
 
 HOBBIES = ["pottery", "climbing", "chess", "sailing", "baking", "cycling", "painting", "birdwatching"]
@@ -29,17 +31,23 @@ def _memory(path: Path, **recall: object) -> Memory:
 
 def test_lower_ranked_exchanges_show_only_the_named_speakers_lines(tmp_path: Path) -> None:
     path = tmp_path / "m.db"
-    with _memory(path, speaker_focus_after=3) as mem:
-        r = mem.recall("Which hobby does Ana have?", user_id="u", max_tokens=2000, recent=0)
-    assert r.tokens <= 2000
+    budget, share = 2000, 0.05
+    with _memory(path, speaker_focus_share=share) as mem:
+        r = mem.recall("Which hobby does Ana have?", user_id="u", max_tokens=budget, recent=0)
+    assert r.tokens <= budget
     hobby_exchanges = [e for e in r.exchanges if "Ana here" in e.assistant_text]
     assert len(hobby_exchanges) == len(HOBBIES)  # every one packed
     by_score = sorted(hobby_exchanges, key=lambda e: -r.trace.exchange_scores[e.id])
-    for rank, ex in enumerate(by_score):
-        whole = ex.messages[0]["content"] in r.text
+    whole = [ex.messages[0]["content"] in r.text for ex in by_score]
+    for ex in by_score:
         assert f"Ana: {ex.messages[1]['content']}" in r.text  # the named person's line, always
-        assert whole == (rank < 3), (rank, whole)
-    assert r.trace.notes == ("lines of Ana only, below the best 3 exchanges",)
+    # The best exchanges stay whole until they have taken `share` of the budget; the rest
+    # show Ana's lines only.
+    n = whole.index(False)
+    assert 1 <= n < len(by_score) and not any(whole[n:])
+    costs = [count_tokens(render_exchange(ex)) + 1 for ex in by_score[:n]]
+    assert sum(costs[:-1]) < share * budget <= sum(costs)
+    assert r.trace.notes == ("lines of Ana only, below the best exchanges",)
 
 
 def test_whole_exchanges_when_off_when_both_are_named_and_in_plain_chats(tmp_path: Path) -> None:

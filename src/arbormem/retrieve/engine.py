@@ -331,8 +331,7 @@ class Retriever:
         packed, text, tokens, dropped, focused = self._pack(user_id, cands, exchanges, recent_list, max_tokens,
                                                             tree, asked)
         if focused:
-            notes.append("lines of " + ", ".join(sorted(focused)) + " only, below the best "
-                         f"{self.s.speaker_focus_after} exchanges")
+            notes.append("lines of " + ", ".join(sorted(focused)) + " only, below the best exchanges")
         timings["pack"] = (time.perf_counter() - t0) * 1000
         timings["total"] = (time.perf_counter() - t_start) * 1000
 
@@ -358,13 +357,21 @@ class Retriever:
         cost: dict[str, int] = {}
         focus: dict[str, frozenset[str]] = {}
 
-        def block(ex: Exchange, pos: int | None = None) -> str:
+        # The best exchanges are packed whole until they have taken this many tokens; below
+        # them, speaker focus may stand the asked participants' lines in for an exchange.
+        whole_left = [self.s.speaker_focus_share * budget]
+
+        def block(ex: Exchange, ranked: bool = False) -> str:
             if ex.id not in blocks:
-                keep = _speaker_focus(ex, asked) if pos is not None and pos >= self.s.speaker_focus_after else None
-                if keep is not None:
-                    focus[ex.id] = keep
-                blocks[ex.id] = render_exchange(ex, speakers=keep)
+                blocks[ex.id] = render_exchange(ex)
                 cost[ex.id] = count(blocks[ex.id]) + 1
+                if ranked:
+                    keep = _speaker_focus(ex, asked) if whole_left[0] <= 0 else None
+                    whole_left[0] -= cost[ex.id]
+                    if keep is not None:
+                        focus[ex.id] = keep
+                        blocks[ex.id] = render_exchange(ex, speakers=keep)
+                        cost[ex.id] = count(blocks[ex.id]) + 1
             return blocks[ex.id]
 
         frame = count(render([("## Topic", [])])) + 1
@@ -408,7 +415,7 @@ class Retriever:
                 ex = full.get(c.ex_id)
                 if ex is None:  # deleted meanwhile
                     continue
-                block(ex, pos)
+                block(ex, ranked=True)
                 extra = cost[ex.id] + (0 if ex.topic_id in headers else header_cost)
                 if used + extra > budget or per_topic[ex.topic_id] + cost[ex.id] > cap_per_topic:
                     misfits += 1
@@ -488,11 +495,14 @@ def _speaker_focus(ex: Exchange, asked: set[str]) -> frozenset[str] | None:
 
     In a chat between several people, whose messages carry OpenAI's ``name``, a question that
     names some of them ("What has Maria done to help her community?") is answered by their own
-    lines: an exchange below the best few adds what the named person said, and the other side
+    lines: an exchange below the best ones adds what the named person said, and the other side
     of it mostly costs tokens. Such exchanges are rendered as the named participants' messages
-    only (still verbatim, under their names), so the budget holds more of them. Exchanges that
-    name none of the asked participants, or only them, stay whole. A name matches when one of
-    its words is a query term ("Maria's" -> "maria").
+    only (still verbatim, under their names), so the budget holds more of them; the best
+    exchanges stay whole (``speaker_focus_share`` of the budget), as the context of the
+    answer. Exchanges without a message by an asked participant, or with messages by asked
+    participants only, stay whole. A name matches when one of its words is a query term
+    ("Maria's" -> "maria"). On the LoCoMo development split: +2 points of evidence recall at
+    2,048 tokens, multi-hop questions 0.71 -> 0.80 (docs/recall.md).
     """
     if not asked:
         return None
