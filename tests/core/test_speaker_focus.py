@@ -61,3 +61,12 @@ def test_whole_exchanges_when_off_when_both_are_named_and_in_plain_chats(tmp_pat
         assert all(f"Ben: {e.messages[0]['content']}" in r.text for e in r.exchanges if e.messages[0].get("name"))
         assert not any(n.startswith("lines of") for n in r.trace.notes)
     assert "user: Unrelated note about taxes.\nassistant: Filed." in plain.text
+
+
+def test_a_name_is_matched_by_its_words_or_their_start() -> None:
+    from arbormem.retrieve.engine import _names
+
+    assert _names("Melanie", {"mel", "kids"})          # a nickname: the start of the name
+    assert _names("Mary Ann", {"ann"}) and _names("Jon", {"jon"})
+    assert not _names("Melanie", {"me", "kids"})       # two letters are not a nickname
+    assert not _names("Ana", {"banana"}) and not _names("Ana", set())
