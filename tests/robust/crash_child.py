@@ -1,8 +1,8 @@
 """The process the crash tests kill: ingests into a SQLite memory until SIGKILLed.
 
 Run as ``python crash_child.py DB LOG SEED``. After each write call RETURNS, one line is
-appended to LOG and fsynced before the next call: ``done ID TOKEN`` for an exchange that
-``add``/``add_many``/``complete`` stored, ``pending ID`` after ``begin``. The parent may
+appended to LOG and fsynced before the next call: ``done ID TOKEN $`` for an exchange that
+``add``/``add_many``/``complete`` stored, ``pending ID $`` after ``begin``. The parent may
 therefore demand every ``done`` exchange after the kill; a call that was cut short may or
 may not have committed, but must be all there or not at all. Every exchange carries a unique
 TOKEN so the parent can find it by search.
@@ -25,9 +25,14 @@ def main() -> None:
     log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - must outlive every call
 
     def report(line: str) -> None:
-        log.write(line + "\n")
+        # The " $" closes a whole line: a kill inside a write can leave a torn line, which the
+        # parent must not read as a report (a token cut short would be searched for in vain).
+        log.write(line + " $\n")
         log.flush()
         os.fsync(log.fileno())
+
+    # A line torn by the previous kill ends here, instead of running into this run's lines.
+    log.write("\n")
 
     n = 0
 

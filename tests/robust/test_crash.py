@@ -31,14 +31,17 @@ def _read_log(log: Path) -> tuple[dict[str, str], set[str], int]:
     pending: set[str] = set()
     ready = 0
     text = log.read_text("utf-8") if log.exists() else ""
-    # A line is reported only once its newline is written: drop a torn last line.
-    for line in text.split("\n")[:-1]:
+    # A line counts once it is whole ("... $"): a kill can tear the line being written (it
+    # is then cut off by the next child's leading newline, or is the file's last line).
+    for line in text.split("\n"):
         parts = line.split()
-        if parts[0] == "done":
+        if not parts or parts[-1] != "$":
+            continue
+        if parts[0] == "done" and len(parts) == 4:
             done[parts[1]] = parts[2]
-        elif parts[0] == "pending":
+        elif parts[0] == "pending" and len(parts) == 3:
             pending.add(parts[1])
-        elif parts[0] == "ready":
+        elif parts == ["ready", "$"]:
             ready += 1
     return done, pending, ready
 
