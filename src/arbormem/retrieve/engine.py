@@ -359,19 +359,18 @@ class Retriever:
 
         # The best exchanges are packed whole until they have taken this many tokens; below
         # them, speaker focus may stand the asked participants' lines in for an exchange.
-        whole_left = [self.s.speaker_focus_share * budget]
+        whole_left = self.s.speaker_focus_share * budget
 
         def block(ex: Exchange, ranked: bool = False) -> str:
+            nonlocal whole_left
             if ex.id not in blocks:
-                blocks[ex.id] = render_exchange(ex)
+                keep = _speaker_focus(ex, asked) if ranked and whole_left <= 0 else None
+                if keep is not None:
+                    focus[ex.id] = keep
+                blocks[ex.id] = render_exchange(ex, speakers=keep)
                 cost[ex.id] = count(blocks[ex.id]) + 1
                 if ranked:
-                    keep = _speaker_focus(ex, asked) if whole_left[0] <= 0 else None
-                    whole_left[0] -= cost[ex.id]
-                    if keep is not None:
-                        focus[ex.id] = keep
-                        blocks[ex.id] = render_exchange(ex, speakers=keep)
-                        cost[ex.id] = count(blocks[ex.id]) + 1
+                    whole_left -= cost[ex.id]
             return blocks[ex.id]
 
         frame = count(render([("## Topic", [])])) + 1
@@ -501,8 +500,9 @@ def _speaker_focus(ex: Exchange, asked: set[str]) -> frozenset[str] | None:
     exchanges stay whole (``speaker_focus_share`` of the budget), as the context of the
     answer. Exchanges without a message by an asked participant, or with messages by asked
     participants only, stay whole. A name matches when one of its words is a query term
-    ("Maria's" -> "maria") or starts with one of three letters or more ("Mel" -> Melanie). On the LoCoMo development split: +2 points of evidence recall at
-    2,048 tokens, multi-hop questions 0.71 -> 0.80 (docs/recall.md).
+    ("Maria's" -> "maria") or starts with one of three letters or more ("Mel" -> Melanie).
+    On the LoCoMo development split: +2 points of evidence recall at 2,048 tokens, multi-hop
+    questions 0.71 -> 0.80 (docs/recall.md).
     """
     if not asked:
         return None
