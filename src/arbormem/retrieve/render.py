@@ -57,7 +57,9 @@ def _delimiter_pattern() -> re.Pattern[str]:
     dash = r"[-_\u2010-\u2015\u2212\ufe58\ufe63\uff0d\uff3f]?"
     return re.compile(
         rf"[<\uff1c\ufe64]{gap}([/\uff0f]?){gap}{word('memory')}{gap}{dash}{gap}{word('context')}"
-        rf"[^>\uff1e\ufe65<\uff1c\ufe64]{{0,200}}?[>\uff1e\ufe65]"
+        # Anything up to the first closing bracket, an opening one too: "<memorycontext<>"
+        # reads as the delimiter as well (found by Hypothesis).
+        rf"[^>\uff1e\ufe65]{{0,200}}?[>\uff1e\ufe65]"
     )
 
 
