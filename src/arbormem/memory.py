@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from .documents import DocumentReport
 
 ProgressFn = Callable[[int, int], None]
+#: Change-log target of an import's idempotency key (``add_many(request_id=...)``).
+_IMPORT_PREFIX = "import:"
 _ITEM_KEYS = frozenset({"messages", "session_id", "at", "assistant_at", "metadata", "user_id"})
 
 #: Store meta key of an unfinished re-embed: JSON ``{"target": "NAME:DIM", "done": [users]}``
@@ -223,37 +225,61 @@ class Memory:
 
     def add_many(
         self, items: Iterable[Mapping[str, Any]], *, user_id: str, batch_size: int = 256,
-        progress: ProgressFn | None = None,
+        progress: ProgressFn | None = None, request_id: str | None = None,
     ) -> list[Exchange]:
-        """Bulk import: validate every item first (nothing stored if one is bad), then embed in
-        batches and store each batch in one transaction. Items: dicts with ``messages`` and
-        optional ``session_id``, ``at`` (user time), ``assistant_at``, ``metadata``."""
+        """Bulk import, all or nothing. Items: dicts with ``messages`` and optional
+        ``session_id``, ``at`` (user time), ``assistant_at``, ``metadata``.
+
+        Every item is validated first, then embedded in batches of ``batch_size`` (no lock held;
+        ``progress(done, total)`` after each), then all are stored in one store transaction.
+        A bad item, an embedder failure in any batch or a store failure stores nothing, so the
+        same call can simply be retried. ``request_id`` (a client's idempotency key) covers the
+        case where the caller cannot know whether a call went through (a lost reply): a call
+        with a key the user's memory already stored returns the exchanges stored then (those
+        not deleted since) and stores nothing. The key is kept in the change log."""
         uid = v.user_id(user_id)
         v.integer(batch_size, "batch_size", 1)
+        key = None if request_id is None else _IMPORT_PREFIX + v.item_id(request_id, "request_id")
         if isinstance(items, (str, bytes, Mapping)):
             raise ValidationError("items must be an iterable of dicts with 'messages'")
         prepared = [self._prepare(uid, item, i) for i, item in enumerate(items)]
+        if key is not None and (done := self._imported(uid, key)) is not None:
+            return done
         if not prepared:
             return []
-        out: list[Exchange] = []
         total = len(prepared)
+        vecs: list[np.ndarray] = []
         for start in range(0, total, batch_size):
-            chunk = prepared[start : start + batch_size]
-            vecs = self.embedder.embed([ex.text for ex in chunk])
+            vecs.extend(self.embedder.embed([ex.text for ex in prepared[start : start + batch_size]]))
             self._check_embedder()  # after embedding: see complete()
-            with self.store.transaction(uid):
+            if progress is not None:
+                progress(min(start + batch_size, total), total)
+        out: list[Exchange] = []
+        with self.store.transaction(uid):
+            if key is not None and (done := self._imported(uid, key)) is not None:
+                return done  # a concurrent call with the same key got there first
+            # Placed and indexed batch by batch (each lexical key written once per batch, the
+            # tree's changed nodes flushed once per batch), all inside the one transaction.
+            for start in range(0, total, batch_size):
                 tree = TreeSession(self.store, uid, self.settings.tree)
                 stored, counts = [], []
-                for ex, vec in zip(chunk, vecs, strict=True):
+                for ex, vec in zip(prepared[start : start + batch_size], vecs[start : start + batch_size], strict=True):
                     ex = dataclasses.replace(ex, seq=self.store.next_seq(uid))
                     counts.append(term_counts(ex.text))
                     stored.append(self._ingest(tree, ex, vec, update=False, flush=False, counts=counts[-1]))
                 self._index_batch(uid, stored, counts)
                 tree.flush()
                 out.extend(stored)
-            if progress is not None:
-                progress(min(start + batch_size, total), total)
+            if key is not None:
+                self.store.log_change(uid, "import", key, {"ids": [e.id for e in out]})
         return out
+
+    def _imported(self, user_id: str, key: str) -> list[Exchange] | None:
+        """The exchanges an earlier import with this key stored (None: no such import)."""
+        for change in self.store.list_changes(user_id, target_id=key, limit=1):
+            ids = change.detail.get("ids")
+            return self.store.get_exchanges(user_id, [str(i) for i in ids]) if isinstance(ids, list) else []
+        return None
 
     def add_document(
         self, text: str, *, source: str, user_id: str, at: datetime | str | None = None,
