@@ -20,6 +20,7 @@ concurrent requests without blocking the event loop.
 from __future__ import annotations
 
 import json
+import re
 from contextlib import asynccontextmanager
 from datetime import datetime
 from importlib import resources
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 try:
-    from fastapi import APIRouter, FastAPI, Query, Request
+    from fastapi import APIRouter, FastAPI, Header, Query, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, RedirectResponse, Response
     from pydantic import BaseModel, Field
@@ -37,6 +38,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the HTTP server needs FastAPI: pip install 'arbormem[server]'") from exc
 
 from .. import __version__
+from ..config import Limits
 from ..errors import ArbormemError
 from ..memory import Memory
 from ..models import Exchange, Hit, RecallTrace, Stats, Topic
@@ -56,8 +58,10 @@ class ApiError(Exception):
         self.status, self.code, self.message = status, code, message
 
 
-def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status)
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None,
+           **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status,
+                        headers=headers)
 
 
 # -- request bodies -----------------------------------------------------------------------------
@@ -101,15 +105,16 @@ class ImportBody(BaseModel):
     exchanges: list[ImportItem] = Field(min_length=1, max_length=MAX_IMPORT_ITEMS)
 
 
+# Counts are strict integers: JSON's true is not 1 (pydantic's lax mode took it as one).
 class RecallBody(BaseModel):
     query: str
-    max_tokens: int = Field(1024, ge=0, le=200_000)
-    recent: int | None = Field(None, ge=0, le=100)
+    max_tokens: int = Field(1024, ge=0, le=200_000, strict=True)
+    recent: int | None = Field(None, ge=0, le=100, strict=True)
 
 
 class SearchBody(BaseModel):
     query: str
-    limit: int = Field(10, ge=1, le=1000)
+    limit: int = Field(10, ge=1, le=1000, strict=True)
 
 
 class RecallModeBody(BaseModel):
@@ -216,11 +221,67 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 # -- middleware ---------------------------------------------------------------------------------
-class _Guard:
-    """Pure ASGI middleware: body size limit, then token -> user authorisation for /v1."""
+#: Nesting a request adds around the library's own values: body > exchanges > item > messages >
+#: message (then ``Limits.max_json_depth`` inside). Deeper bodies are refused while streaming.
+REQUEST_NESTING = 8
+_STRUCTURE = re.compile(rb'[\[\]{}"\\]')
 
-    def __init__(self, app: Any, policy: TokenPolicy | None, max_body: int) -> None:
-        self.app, self.policy, self.max_body = app, policy, max_body
+
+class _Nesting:
+    """Nesting depth of a JSON body, fed as it streams in (strings and escapes skipped), so a
+    body of a million '[' is refused after its first few bytes instead of being parsed (the
+    parser's recursion limit made it a 500, the validator's a RecursionError)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.depth = 0
+        self.in_string = False
+        self.skip_first = False  # the chunk before ended inside a string on a backslash
+
+    def feed(self, data: bytes) -> bool:
+        """False once the body is nested deeper than ``limit``."""
+        skip_to = 1 if self.skip_first and data else 0
+        self.skip_first = False
+        for m in _STRUCTURE.finditer(data, skip_to):
+            at = m.start()
+            if at < skip_to:
+                continue
+            c = data[at]
+            if self.in_string:
+                if c == 0x5C:  # backslash: the next byte is escaped
+                    skip_to = at + 2
+                    self.skip_first = skip_to > len(data)
+                elif c == 0x22:
+                    self.in_string = False
+            elif c == 0x22:
+                self.in_string = True
+            elif c in (0x5B, 0x7B):
+                self.depth += 1
+                if self.depth > self.limit:
+                    return False
+            elif c in (0x5D, 0x7D):
+                self.depth -= 1
+        return True
+
+
+class _Guard:
+    """Pure ASGI middleware: token -> user authorisation for /v1, then the body, read here as
+    it streams in, against a byte limit for its route and a nesting limit. Past either the
+    request is answered at once (413 ``payload_too_large`` / 422 ``invalid_input``) with
+    ``Connection: close``, and the rest of the body is never read."""
+
+    def __init__(self, app: Any, policy: TokenPolicy | None, max_body: int, max_small_body: int,
+                 max_nesting: int) -> None:
+        self.app, self.policy = app, policy
+        self.max_body, self.max_small_body, self.max_nesting = max_body, max_small_body, max_nesting
+
+    def _limit(self, scope: Any) -> int:
+        """Bulk routes (import, documents) take ``max_body``; every other route one exchange's
+        worth (``small_body_limit``)."""
+        path: str = scope["path"]
+        if scope["method"] == "POST" and path.endswith(("/exchanges/import", "/documents")):
+            return self.max_body
+        return min(self.max_body, self.max_small_body)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -239,21 +300,29 @@ class _Guard:
                     403, "forbidden", "this token may not access that user"))
                 return
             scope.setdefault("state", {})["principal"] = principal
+        limit = self._limit(scope)
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body:
-            await self._send(scope, receive, send, _too_large(self.max_body))
+        if length is not None and length.isdigit() and int(length) > limit:
+            await self._send(scope, receive, send, _too_large(limit))
             return
         # Read the body here, up to the limit: chunked uploads carry no Content-Length, and
         # an error raised while FastAPI reads the body would surface as a generic 400.
         body = bytearray()
+        nesting = _Nesting(self.max_nesting)
         while True:
             message = await receive()
             if message["type"] != "http.request":
                 break
-            body += message.get("body", b"")
-            if len(body) > self.max_body:
-                await self._send(scope, receive, send, _too_large(self.max_body))
+            chunk = message.get("body", b"")
+            body += chunk
+            if len(body) > limit:
+                await self._send(scope, receive, send, _too_large(limit))
+                return
+            if not nesting.feed(chunk):
+                await self._send(scope, receive, send, _error(
+                    422, "invalid_input", f"request body nested more than {self.max_nesting} levels deep",
+                    headers=_CLOSE))
                 return
             if not message.get("more_body", False):
                 break
@@ -280,8 +349,19 @@ class _Guard:
         await response(scope, receive, send)
 
 
+# A refused body is not read to its end: the connection cannot carry another request, so it is
+# closed after the answer (the server went on reading gigabytes of a body it had refused).
+_CLOSE = {"connection": "close"}
+
+
 def _too_large(limit: int) -> JSONResponse:
-    return _error(413, "payload_too_large", f"request body over {limit} bytes")
+    return _error(413, "payload_too_large", f"request body over {limit} bytes", headers=_CLOSE)
+
+
+def small_body_limit(limits: Limits) -> int:
+    """The body limit of every route but bulk import and documents: twice what one exchange
+    and its metadata may store (room for JSON escapes such as \\u00e9), plus 64 KiB."""
+    return 2 * (limits.max_exchange_bytes + limits.max_metadata_bytes) + 64 * 1024
 
 
 # -- the app ------------------------------------------------------------------------------------
@@ -349,9 +429,15 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(
-            exc.status_code, "http_error")
+        code = {400: "invalid_input", 404: "not_found", 405: "method_not_allowed",
+                413: "payload_too_large"}.get(exc.status_code, "http_error")
         return _error(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _bug(_: Request, exc: Exception) -> JSONResponse:
+        # Not an input error (those are all ArbormemErrors): a bug. Same shape, no details
+        # (they could quote stored data); the server log has the traceback.
+        return _error(500, "internal_error", f"internal error ({type(exc).__name__})")
 
     @app.get("/health", tags=["service"], response_model=Health,
              summary="Liveness and version (no token needed)")
@@ -382,8 +468,10 @@ def create_app(
 
     @r.post("/exchanges/import", status_code=201, tags=["exchanges"], response_model=ImportResult,
             summary=f"Bulk import (at most {MAX_IMPORT_ITEMS} exchanges; all or nothing)")
-    def bulk_import(user_id: str, body: ImportBody) -> dict[str, Any]:
-        done = mem.add_many([_item(x) for x in body.exchanges], user_id=user_id)
+    def bulk_import(user_id: str, body: ImportBody, idempotency_key: str | None = Header(
+            None, max_length=256, description="Client key: a repeated request with the same key "
+            "stores nothing and answers with the exchanges the first one stored")) -> dict[str, Any]:
+        done = mem.add_many([_item(x) for x in body.exchanges], user_id=user_id, request_id=idempotency_key)
         return {"imported": len(done), "ids": [e.id for e in done]}
 
     @r.post("/exchanges/{exchange_id}/complete", tags=["exchanges"], response_model=Exchange,
@@ -502,7 +590,9 @@ def create_app(
         return RedirectResponse("/ui/")
 
     # Outermost user middleware: size limit and auth run before routing and body parsing.
-    app.add_middleware(_Guard, policy=policy, max_body=max_body_bytes)
+    limits = mem.settings.limits
+    app.add_middleware(_Guard, policy=policy, max_body=max_body_bytes, max_small_body=small_body_limit(limits),
+                       max_nesting=limits.max_json_depth + REQUEST_NESTING)
     if cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 
