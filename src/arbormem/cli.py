@@ -127,8 +127,11 @@ def _make_llm(base_url: str, model: str) -> Any:
 
     s = Settings().llm
     key = s.api_key.get_secret_value() if s.api_key is not None else None
+    from .llm.runner import breaker_options
+
     return LLMRunner(OpenAICompatibleLLM(base_url, model, api_key=key, timeout=s.timeout,
-                                         max_retries=s.max_retries, concurrency=s.concurrency))
+                                         max_retries=s.max_retries, concurrency=s.concurrency),
+                     **breaker_options(s))
 
 
 @main.command(help="Label and summarise frozen topics through the configured LLM.")

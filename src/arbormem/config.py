@@ -20,6 +20,15 @@ class LLMSettings(BaseModel):
     timeout: float = 30.0
     max_retries: int = 2
     concurrency: int = 4
+    # Seconds the LLM step of one recall may take in all (its calls, their retries, waiting for
+    # a free connection). Past it the recall goes on with the offline ranking and the call is
+    # abandoned; a user never waits for a hanging model longer than this.
+    recall_deadline: float = Field(default=5.0, gt=0)
+    # Circuit breaker across calls: after this many endpoint failures in a row (errors,
+    # timeouts, missed deadlines; not bad answers) calls are skipped for the cooldown, then one
+    # probe call decides whether the endpoint is back. 0 turns it off.
+    breaker_failures: int = Field(default=3, ge=0)
+    breaker_cooldown: float = Field(default=30.0, ge=0)
 
 
 class TreeSettings(BaseModel):

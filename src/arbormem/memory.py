@@ -384,7 +384,8 @@ class Memory:
         budget = v.integer(self.settings.recall.max_tokens if max_tokens is None else max_tokens, "max_tokens")
         n_recent = v.integer(self.settings.recall.recent if recent is None else recent, "recent")
         self._check_embedder()
-        planner = RecallPlanner(self.llm) if self.llm is not None and use_llm else None
+        planner = (RecallPlanner(self.llm, deadline=self.settings.llm.recall_deadline)
+                   if self.llm is not None and use_llm else None)
         return self.retriever.recall(uid, body, budget, n_recent,
                                      lambda rec, path: _topic(rec, len(path), path, ()), planner)
 

@@ -34,7 +34,9 @@ def make_runner(llm: LLM | LLMRunner | None, settings: object | None = None) -> 
     if isinstance(llm, LLMRunner):
         return llm
     if isinstance(llm, LLM):
-        return LLMRunner(llm)
+        from .runner import breaker_options
+
+        return LLMRunner(llm, **(breaker_options(settings) if settings is not None else {}))
     if llm is not None:
         from ..errors import ConfigError
 

@@ -49,7 +49,8 @@ class LLM(ABC):
 
         ``model`` overrides the default model for this call (per-role models); ``json_mode``
         asks the server for a JSON object when it supports that (the reply is validated
-        either way); ``timeout`` overrides the default per-request timeout in seconds.
+        either way); ``timeout`` (seconds) bounds this whole call, retries included, instead
+        of the default per-request timeout.
         """
 
 

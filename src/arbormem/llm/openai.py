@@ -118,8 +118,9 @@ class OpenAIEndpoint:
             self._client.close()
             self._client = None
 
-    def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run one SDK request with the retry policy; raise LLMError when it cannot succeed."""
+    def call(self, what: str, fn: Callable[[], T], deadline: float | None = None) -> T:
+        """Run one SDK request with the retry policy; raise LLMError when it cannot succeed.
+        No retry starts (and no backoff waits) past ``deadline`` (``time.monotonic()``)."""
         openai = import_openai()
         attempt = 0
         while True:
@@ -145,6 +146,8 @@ class OpenAIEndpoint:
             delay = self.backoff * (2**attempt) * (0.5 + random.random() / 2)
             if wait is not None:
                 delay = max(delay, wait)
+            if deadline is not None and time.monotonic() + min(delay, self.max_backoff) >= deadline:
+                raise LLMError(f"{error} (no time left to retry)") from failure
             time.sleep(min(delay, self.max_backoff))
             attempt += 1
 
@@ -241,15 +244,24 @@ class OpenAICompatibleLLM(LLM):
         }
         if self._send_temperature:
             payload["temperature"] = temperature
-        if timeout is not None:
-            payload["timeout"] = timeout
         if json_mode and self._json_supported:
             payload["response_format"] = {"type": "json_object"}
+        # A per-call timeout is the whole call's budget, retries included: a caller that gives
+        # one (the recall planner, bounded by the recall's deadline) is not waiting after it,
+        # so a retry past it would only load the server.
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def create() -> Any:
+            options = dict(payload)
+            if deadline is not None:
+                options["timeout"] = max(0.001, deadline - time.monotonic())
+            return self.endpoint.client.chat.completions.create(**options)
+
         # Servers differ in what they accept; a 400 about one optional parameter is answered
         # by adapting the request (once per parameter) and remembering it for later calls.
         for _ in range(4):
             try:
-                resp = self.endpoint.call("chat", lambda: self.endpoint.client.chat.completions.create(**payload))
+                resp = self.endpoint.call("chat", create, deadline=deadline)
                 return self._reply_text(resp)
             except LLMError as exc:
                 if not isinstance(exc.__cause__, openai.BadRequestError | openai.UnprocessableEntityError):

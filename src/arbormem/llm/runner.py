@@ -81,8 +81,13 @@ class LLMRunner:
     recall planner, which a user waits for, much shorter than background summaries.
     ``max_tokens`` raises a role's output budget (reasoning models spend tokens thinking
     before they answer, and a reply cut at the budget is rejected).
-    After ``breaker_failures`` endpoint failures in a row (errors, timeouts; not invalid
-    answers) calls are skipped — and logged as skipped — for ``breaker_cooldown`` seconds.
+    After ``breaker_failures`` endpoint failures in a row (errors, timeouts, missed deadlines;
+    not invalid answers) calls are skipped — and logged as skipped — for ``breaker_cooldown``
+    seconds; then one probe call goes through (the others keep being skipped while it runs),
+    and its outcome closes or reopens the breaker.
+
+    ``run(..., deadline=...)`` bounds a call by a point in time (``time.monotonic()``): a
+    caller that waits (recall) gets None when it passes, whatever the LLM does meanwhile.
     """
 
     def __init__(
@@ -113,6 +118,7 @@ class LLMRunner:
         self.breaker_cooldown = breaker_cooldown
         self._down_streak = 0
         self._open_until = 0.0
+        self._probing = False  # a half-open breaker lets one call through at a time
 
     @classmethod
     def from_settings(cls, settings: Any) -> LLMRunner:
@@ -120,7 +126,7 @@ class LLMRunner:
         from .openai import OpenAICompatibleLLM
 
         models = getattr(settings, "models", None) or {}
-        return cls(OpenAICompatibleLLM.from_settings(settings), models=models)
+        return cls(OpenAICompatibleLLM.from_settings(settings), models=models, **breaker_options(settings))
 
     @property
     def name(self) -> str:
@@ -130,13 +136,13 @@ class LLMRunner:
     @overload
     def run(
         self, role: str, messages: Sequence[ChatMessage], schema: type[M], *,
-        max_tokens: int | None = None, check: None = None,
+        max_tokens: int | None = None, check: None = None, deadline: float | None = None,
     ) -> M | None: ...
 
     @overload
     def run(
         self, role: str, messages: Sequence[ChatMessage], schema: type[M], *,
-        max_tokens: int | None = None, check: Callable[[M], R],
+        max_tokens: int | None = None, check: Callable[[M], R], deadline: float | None = None,
     ) -> R | None: ...
 
     def run(
@@ -147,23 +153,24 @@ class LLMRunner:
         *,
         max_tokens: int | None = None,
         check: Callable[[M], Any] | None = None,
+        deadline: float | None = None,
     ) -> Any:
         """Call the model for ``role``; return the validated object, or None on any failure.
 
         ``check`` runs after schema validation for rules a schema cannot express (ids that
         must exist in the input, spans that must cover it); it returns the final result (a
-        cleaned copy, or another type) and raises (anything) to reject.
+        cleaned copy, or another type) and raises (anything) to reject. ``deadline`` (a
+        ``time.monotonic()`` value) is when the caller stops waiting: the call then counts as
+        a failed one (and toward the breaker) and its late answer is dropped.
         """
         model = self.models.get(role)
         input_chars = sum(len(m.content) for m in messages)
-        wait = self._open_until - time.monotonic()
-        if wait > 0:
+        skipped = self._admit(deadline)
+        if skipped is not None:
             with self._lock:
                 self._log.append(LLMCall(
                     role=role, model=model or getattr(self.llm, "model", None), at=datetime.now(timezone.utc),
-                    input_chars=input_chars, output="", duration_ms=0.0,
-                    error=f"skipped: the endpoint failed {self._down_streak} times in a row; "
-                          f"next attempt in {wait:.0f}s",
+                    input_chars=input_chars, output="", duration_ms=0.0, error=f"skipped: {skipped}",
                 ))
             return None
         raw = ""
@@ -171,21 +178,30 @@ class LLMRunner:
         result: Any = None
         started = time.perf_counter()
         try:
-            reply: object = self.llm.chat(
+            timeout = self.timeouts.get(role)
+            if deadline is not None:
+                left = max(0.001, deadline - time.monotonic())
+                timeout = left if timeout is None else min(timeout, left)
+            reply: object = self._chat(deadline, lambda: self.llm.chat(
                 messages,
                 model=model,
                 max_tokens=max(max_tokens or 0, self.max_tokens.get(role, 400)),
                 temperature=0.0,
                 json_mode=True,
-                timeout=self.timeouts.get(role),
-            )
+                timeout=timeout,
+            ))
             if not isinstance(reply, str):
                 raw = repr(reply)
                 raise InvalidOutput(f"the LLM returned {type(reply).__name__}, not text")
             raw = reply
             parsed = parse_reply(raw, schema)
             result = check(parsed) if check is not None else parsed
-        except Exception as exc:  # the whole point: nothing escapes into the caller
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: not the LLM's
+                with self._lock:
+                    self._probing = False
+                raise
+            # the whole point: nothing escapes into the caller
             error = _describe(exc)
             raw = raw or str(getattr(exc, "raw", "") or "")
             result = None
@@ -204,8 +220,49 @@ class LLMRunner:
         ))
         return result
 
+    def _admit(self, deadline: float | None) -> str | None:
+        """None when a call may go out now, else why it is skipped."""
+        now = time.monotonic()
+        if deadline is not None and deadline <= now:
+            return "the caller's deadline has passed"
+        with self._lock:
+            if self.breaker_failures <= 0 or self._down_streak < self.breaker_failures:
+                return None
+            if self._open_until > now:
+                return (f"the endpoint failed {self._down_streak} times in a row; "
+                        f"next attempt in {self._open_until - now:.0f}s")
+            if self._probing:
+                return "the endpoint failed; another call is probing whether it is back"
+            self._probing = True  # half-open: this call is the probe
+            return None
+
+    @staticmethod
+    def _chat(deadline: float | None, call: Callable[[], object]) -> object:
+        """``call()``, or DeadlineExceeded once ``deadline`` passes. The call then runs on in
+        its (daemon) thread until the LLM's own timeout ends it, and its answer is dropped:
+        an LLM that ignores ``timeout`` cannot hold the caller."""
+        if deadline is None:
+            return call()
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["reply"] = call()
+            except BaseException as exc:  # handed to the caller's thread
+                box["error"] = exc
+
+        worker = threading.Thread(target=target, name="arbormem-llm-call", daemon=True)
+        worker.start()
+        worker.join(max(0.0, deadline - time.monotonic()))
+        if worker.is_alive():
+            raise DeadlineExceeded("no answer before the caller's deadline")
+        if "error" in box:
+            raise box["error"]
+        return box.get("reply")
+
     def _endpoint_state(self, *, up: bool) -> None:
         with self._lock:
+            self._probing = False
             if up:
                 self._down_streak = 0
                 self._open_until = 0.0
@@ -256,9 +313,19 @@ class LLMRunner:
             closer()
 
 
+class DeadlineExceeded(TimeoutError):
+    """The caller's deadline passed before the LLM answered."""
+
+
+def breaker_options(settings: Any) -> dict[str, Any]:
+    """The runner's breaker arguments from ``config.LLMSettings``."""
+    return {"breaker_failures": getattr(settings, "breaker_failures", 3),
+            "breaker_cooldown": getattr(settings, "breaker_cooldown", 30.0)}
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return f"{type(exc).__name__}: {text}"[:500]
 
 
-__all__ = ["LLMRunner", "LLMCall", "ROLE_MAX_TOKENS"]
+__all__ = ["LLMRunner", "LLMCall", "ROLE_MAX_TOKENS", "DeadlineExceeded", "breaker_options"]

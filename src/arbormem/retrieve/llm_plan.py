@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta, timezone
+from time import monotonic
 from typing import TYPE_CHECKING
 
 from pydantic import Field
@@ -57,8 +58,10 @@ def plan_recall(
     limit: int = 3,
     max_directory: int = 20,
     budget: Budget | None = None,
+    deadline: float | None = None,
 ) -> RecallPlan | None:
-    """Semantic query, intent, time range and up to ``limit`` topic ids — or None."""
+    """Semantic query, intent, time range and up to ``limit`` topic ids — or None (also when
+    ``deadline``, a ``time.monotonic()`` value, passes first)."""
     if not query.strip():
         return None
     ref = now or datetime.now(timezone.utc)
@@ -69,7 +72,7 @@ def plan_recall(
         check_time_range(p.time_range, ref)
         return p.model_copy(update={"topic_ids": resolve_handles(p.topic_ids, table, limit)})
 
-    plan = runner.run("planner", msgs, _PlanSchema, check=check)
+    plan = runner.run("planner", msgs, _PlanSchema, check=check, deadline=deadline)
     if plan is None:
         return None
     rng = None
@@ -90,10 +93,14 @@ def plan_recall(
 class RecallPlanner:
     """What ``Retriever.recall`` calls between candidate scoring and packing (one LLM call)."""
 
-    def __init__(self, runner: LLMRunner, *, limit: int = 3, max_directory: int = 20) -> None:
+    def __init__(self, runner: LLMRunner, *, limit: int = 3, max_directory: int = 20,
+                 deadline: float | None = None) -> None:
+        """``deadline``: seconds the whole LLM step of one recall may take (every call it
+        makes, with retries); None waits for the LLM's own timeouts."""
         self.runner = runner
         self.limit = limit
         self.max_directory = max_directory
+        self.deadline = deadline
 
     def apply(
         self,
@@ -109,6 +116,7 @@ class RecallPlanner:
         """Plan, then lift the candidates the plan points at. Returns notes for the trace."""
         from .engine import RRF_K, _Cand, rrf
 
+        until = None if self.deadline is None else monotonic() + self.deadline
         store = retriever.store
         directory = self._directory(retriever, user_id, cands, topic_norm, exchanges)
         if not directory and not cands:
@@ -116,7 +124,7 @@ class RecallPlanner:
         recent = store.list_exchanges(user_id, status="completed", limit=3, newest_first=True)
         turns = [Turn(e.seq, e.user_text, e.assistant_text, e.user_at) for e in reversed(recent)]
         plan = plan_recall(self.runner, query, now, directory, turns,
-                           limit=self.limit, max_directory=self.max_directory)
+                           limit=self.limit, max_directory=self.max_directory, deadline=until)
         if plan is None:
             last = self.runner.log(role="planner")
             why = (last[-1].error or "failed") if last else "failed"
