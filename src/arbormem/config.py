@@ -68,6 +68,13 @@ class RecallSettings(BaseModel):
     time_boost: float = 0.5        # + boost inside the query's resolved time window
     dated_boost: float = 3.0       # ... instead, when the query names a day ("on 3 June, 2023")
     topic_share: float = 1.0       # most of the budget one topic may take
+    # Exact terms: a query term that is identifier-like (an order number, a long number, a
+    # code mixing letters and digits) or rare in the user's memory (in at most exact_max_df
+    # exchanges) lifts the exchanges whose own messages hold it by w x the share of such terms
+    # they hold: one verbatim hit must not rank below dense noise (issue 19).
+    exact_weight: float = 6.0
+    exact_max_df: int = 0          # rare words count from here down (0: identifiers only)
+    exact_max_hits: int = 50       # an identifier in more exchanges than this lifts none
     coverage_weight: float = 3.0   # + w * share of the query's terms found in one message
     coverage_depth: int = 60       # how many of the best exchanges the coverage step reads
     feedback_weight: float = 0.8   # + w * z(BM25 of the best exchanges' distinctive terms)

@@ -51,6 +51,18 @@ def terms(text: str) -> list[str]:
     return out
 
 
+def identifier_like(term: str) -> bool:
+    """An order number, a tracking number, a code: letters and digits mixed (four characters
+    or more: "ord3fa91c0b2e", "A113X", "covid19") or a number of four digits or more that is
+    not a year 1900-2099 ("7431", "481516234200"; small counts and years are ordinary words)."""
+    digits = sum(c.isdigit() for c in term)
+    if not digits:
+        return False
+    if digits < len(term):
+        return len(term) >= 4
+    return len(term) >= 5 or (len(term) == 4 and term[:2] not in ("19", "20"))
+
+
 def term_counts(text: str) -> Counter[str]:
     return Counter(terms(text))
 

@@ -6,6 +6,7 @@ They live here so the main CLI stays a thin layer: ``cli.py`` registers ``eval_g
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
@@ -131,6 +132,38 @@ def locomo_command(files: tuple[str, ...], budget_opts: tuple[str, ...], embedde
             locomo_chart(rep, chart_out)
     except ArbormemError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+@eval_group.command("identifiers")
+@click.option("--embedder", default="local", show_default=True,
+              help='"local" (bundled MiniLM), "hash" (fast, for tests) or a model folder.')
+@click.option("--exchanges", default=300, show_default=True, help="Exchanges, each holding one identifier.")
+@click.option("--queries", default=100, show_default=True, help="Identifiers asked.")
+@click.option("--kinds", default="order", show_default=True,
+              help="Comma-separated kinds of identifier: order, tracking, product.")
+@click.option("--filler", default=0, show_default=True, help="Ordinary sentences around each identifier.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def identifiers_command(embedder: str, exchanges: int, queries: int, kinds: str, filler: int, seed: int,
+                        as_json: bool) -> None:
+    """Exact identifiers: how many of QUERIES identifiers (order numbers by default) find the
+    one exchange holding them, in the top 5 of search and in a 1,024-token recall, asked bare
+    and inside a question (eval/identifiers.py)."""
+    from ..memory import Memory
+    from .identifiers import KINDS, run
+
+    chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
+    if not chosen or any(k not in KINDS for k in chosen):
+        raise click.BadParameter(f"kinds are {', '.join(KINDS)}", param_hint="--kinds")
+    try:
+        rep = run(lambda: Memory(":memory:", embedder=embedder), exchanges=exchanges, queries=queries,
+                  seed=seed, kinds=chosen, filler=filler)
+    except ArbormemError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(rep), indent=1))
+    else:
+        click.echo("\n".join(rep.lines()))
 
 
 @eval_group.command("show")

@@ -32,7 +32,7 @@ from ..embed.base import Embedder
 from ..models import Exchange, Hit, Recall, RecallTrace, Topic
 from ..organize.consolidate import linked_topics, recall_marks, resolve_topic_hits
 from ..store.base import ExchangeHead, Store, TopicRecord
-from ..text import idf, index_tokens, term_counts, terms
+from ..text import identifier_like, idf, index_tokens, term_counts, terms
 from ..tokens import TokenCounter
 from .query import QueryAnalysis, analyse
 
@@ -140,6 +140,10 @@ class Retriever:
                 fused[i] += self.s.dated_boost if q.names_day else self.s.time_boost
                 sources[i].add("time")
 
+        if self.s.exact_weight > 0 and q.terms:
+            for i in self._exact(user_id, q.terms, fused, exchanges, floor):
+                sources[i].add("exact")
+
         # Neighbour context (SeCom / LongMemEval key expansion, done at query time): a turn
         # next to a strong hit in the same session is often the answer (the reply to the
         # question that matched), so each exchange gains beta x its best neighbour's score.
@@ -177,6 +181,45 @@ class Retriever:
         live = {i: c for i, c in cands.items()
                 if i in exchanges and exchanges[i].status == "completed" and not exchanges[i].archived}
         return live, topic_norm, exchanges
+
+    def _exact(self, user_id: str, terms: tuple[str, ...], fused: dict[str, float],
+               exchanges: dict[str, Exchange | ExchangeHead], floor: float) -> list[str]:
+        """Lift the exchanges whose own messages hold the query's exact terms.
+
+        An identifier ("ord3fa91c0b2e", "481516234200") or a word found in very few of the
+        user's exchanges singles out the exchange that holds it, but z-score fusion gives a
+        lexical list of one to three hits (the exchange and the neighbours whose keys quote
+        it) almost no weight against 200 dense candidates: the exchange holding an order
+        number fell out of the top 60 behind dense noise and missed the coverage step too.
+        Here the lexical index finds the exchanges whose keys hold such a term, those whose
+        own messages hold it are lifted by ``exact_weight`` x the share of the exact terms
+        they hold (neighbours that only quote it are not), joining the candidates if they
+        were not among them. Identifier-like terms count when they are in at most
+        ``exact_max_hits`` exchanges, other words when in at most ``exact_max_df``.
+        Returns the exchanges lifted.
+        """
+        df = self.store.get_term_df(user_id, list(terms))
+        exact = [t for t in dict.fromkeys(terms) if 0 < df.get(t, 0)
+                 and df[t] <= (self.s.exact_max_hits if identifier_like(t) else self.s.exact_max_df)]
+        if not exact:
+            return []
+        tokens = {t: set(index_tokens(t)) for t in exact}
+        found = self.store.text_search(user_id, "exchange", sorted(set().union(*tokens.values())),
+                                       2 * self.s.exact_max_hits + 2)
+        ids = [i for i, _ in found]
+        fresh = [i for i in ids if i not in exchanges]
+        for h in self.store.exchange_heads(user_id, fresh):
+            exchanges[h.id] = h
+        lifted = []
+        for i, ex in self._full(user_id, exchanges, ids).items():
+            if ex.status != "completed" or ex.archived:
+                continue
+            own = set(index_tokens(ex.user_text)) | set(index_tokens(ex.assistant_text))
+            held = sum(1 for t in exact if tokens[t] and tokens[t] <= own)
+            if held:
+                fused[i] = fused.get(i, floor) + self.s.exact_weight * held / len(exact)
+                lifted.append(i)
+        return lifted
 
     def _coverage(self, user_id: str, terms: tuple[str, ...], fused: dict[str, float],
                   exchanges: dict[str, Exchange | ExchangeHead]) -> None:
