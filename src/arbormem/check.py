@@ -12,7 +12,15 @@ and reports every disagreement as a typed ``Problem``:
 - every completed exchange has exactly one vector and one full-text entry, and no index entry
   points to a missing row or to a pending or failed exchange; a merged topic's alias vectors
   (``<topic>~<part>``, organize/consolidate.py) belong to a leaf that lists the part, and
-  every listed part has one.
+  every listed part has one;
+- every row reads back (kind ``row``): exchanges' messages and metadata are strict JSON (no
+  NaN/Infinity, which SQLite's JSON functions refuse: one such row made every recall of its
+  user fail), text columns are valid text, times parse and lie in the accepted range
+  (``validate.MIN_TIME``..``MAX_TIME``; past it date arithmetic overflows), the organiser's
+  marks are an object; topics' JSON columns and times, and the change log's details, too.
+  Such rows predate the validation layer or were written around it; a repair cannot rebuild
+  them (the transcript is never modified) and leaves the user unrepaired: fix or delete the
+  row by hand.
 
 ``repair_user`` rebuilds all derived data of a user from the transcript in one transaction:
 the tree is placed again exchange by exchange (as the write path would), stored vectors are
@@ -28,6 +36,7 @@ import json
 import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -37,7 +46,7 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     from .memory import Memory
 
-ProblemKind = Literal["tree", "vector", "text", "status", "termstats"]
+ProblemKind = Literal["tree", "vector", "text", "status", "termstats", "row"]
 
 
 @dataclass(frozen=True)
@@ -106,11 +115,76 @@ def _raw(memory: Memory) -> sqlite3.Connection:
     return store._conn
 
 
+def _strict_json(raw: object, want: type) -> str | None:
+    """Why ``raw`` is not a strict JSON value of type ``want`` (None when it is)."""
+    if not isinstance(raw, str):
+        return f"is {type(raw).__name__}, not JSON text"
+
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        value = json.loads(raw, parse_constant=constant)
+    except (ValueError, RecursionError) as exc:
+        return f"is not valid JSON ({str(exc)[:80]})"
+    if not isinstance(value, want):
+        return f"is JSON {type(value).__name__}, not {want.__name__}"
+    return None
+
+
+def _time_problem(raw: object, required: bool) -> str | None:
+    from .validate import MAX_TIME, MIN_TIME
+
+    if raw is None:
+        return "is missing" if required else None
+    if not isinstance(raw, str):
+        return f"is {type(raw).__name__}, not an ISO time"
+    try:
+        value = datetime.fromisoformat(raw)
+        utc = (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    except (ValueError, OverflowError) as exc:
+        return f"{raw[:40]!r} is not a usable time ({exc})"
+    if not MIN_TIME <= utc <= MAX_TIME:
+        return f"{raw[:40]} is outside {MIN_TIME.date()}..{MAX_TIME.date()} UTC"
+    return None
+
+
+def _row_problems(conn: sqlite3.Connection, user_id: str) -> list[Problem]:
+    """Rows that would make a read of the user fail (see the module docstring)."""
+    from .store.base import MARKS_KEY
+
+    out: list[Problem] = []
+    for xid, messages, metadata, user_at, assistant_at, user_text, assistant_text in conn.execute(
+        "SELECT id, messages, metadata, user_at, assistant_at, user_text, assistant_text "
+        "FROM exchanges WHERE user_id = ?", (user_id,),
+    ):
+        why = {"messages": _strict_json(messages, list), "metadata": _strict_json(metadata, dict),
+               "user_at": _time_problem(user_at, True), "assistant_at": _time_problem(assistant_at, False),
+               "user_text": None if isinstance(user_text, str) else "is not text",
+               "assistant_text": None if isinstance(assistant_text, str) else "is not text"}
+        if why["metadata"] is None:
+            marks = json.loads(metadata).get(MARKS_KEY)
+            if marks is not None and not isinstance(marks, dict):
+                why["metadata"] = f"holds {MARKS_KEY!r} that is not an object"
+        out += [Problem("row", xid, f"exchange {col} {msg}") for col, msg in why.items() if msg]
+    for tid, keywords, terms, meta, first_at, last_at in conn.execute(
+        "SELECT id, keywords, terms, meta, first_at, last_at FROM topics WHERE user_id = ?", (user_id,),
+    ):
+        why = {"keywords": _strict_json(keywords, list), "terms": _strict_json(terms, dict),
+               "meta": _strict_json(meta, dict), "first_at": _time_problem(first_at, False),
+               "last_at": _time_problem(last_at, False)}
+        out += [Problem("row", tid, f"topic {col} {msg}") for col, msg in why.items() if msg]
+    for cid, at, detail in conn.execute("SELECT id, at, detail FROM changes WHERE user_id = ?", (user_id,)):
+        why = {"at": _time_problem(at, True), "detail": _strict_json(detail, dict)}
+        out += [Problem("row", cid, f"change {col} {msg}") for col, msg in why.items() if msg]
+    return out
+
+
 def check_user(memory: Memory, user_id: str) -> UserCheck:
     """Check one user's tree and indexes against the transcript (read-only)."""
     conn = _raw(memory)
     max_children = memory.settings.tree.max_children
-    problems: list[Problem] = []
+    problems: list[Problem] = _row_problems(conn, user_id)
 
     def bad(kind: ProblemKind, item: str, msg: str) -> None:
         problems.append(Problem(kind, item, msg))
@@ -202,7 +276,10 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
     def aliases_of(tid: str, t: dict[str, Any]) -> set[str]:
         if ALIASES not in t["meta"]:  # skips parsing the meta of every unmerged topic
             return set()
-        parts = json.loads(t["meta"]).get(ALIASES) or []
+        try:
+            parts = json.loads(t["meta"]).get(ALIASES) or []
+        except (ValueError, AttributeError):  # reported as a row problem
+            return set()
         return {alias_id(tid, str(p)) for p in parts}
 
     have_alias: set[str] = set()
@@ -333,7 +410,8 @@ def check(memory: Memory, *, user_id: str | None = None, repair: bool = False) -
     out: list[UserCheck] = []
     for u in users:
         result = check_user(memory, u)
-        if repair and not result.ok:
+        # Unreadable rows cannot be rebuilt from a transcript that is itself unreadable.
+        if repair and not result.ok and not any(p.kind == "row" for p in result.problems):
             repair_user(memory, u)
             result = dataclasses.replace(check_user(memory, u), repaired=True)
         out.append(result)

@@ -88,3 +88,32 @@ def test_cli_exit_codes_and_json(tmp_path: Path) -> None:
     assert fixed.exit_code == 0, fixed.output
     missing = runner.invoke(check_command, ["--db", str(tmp_path / "none.db")])
     assert missing.exit_code == 2
+
+
+def test_rows_that_break_reads_are_found(tmp_path: Path) -> None:
+    """Issue 19: rows that made every read of their user fail while check said ok: NaN in
+    metadata (SQLite's JSON functions refuse it), a time past year 9999 in UTC, unparseable
+    messages, a scalar where the organiser's marks belong. Written with raw SQL, as an older
+    version or a tool writing around the library could have."""
+    db = tmp_path / "m.db"
+    ids = _fill(db, 20)
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE exchanges SET metadata = '{\"score\": NaN}' WHERE id = ?", (ids[1],))
+        conn.execute("UPDATE exchanges SET user_at = '9999-12-31T23:59:59-23:59' WHERE id = ?", (ids[2],))
+        conn.execute("UPDATE exchanges SET messages = '[{\"role\": \"user\"' WHERE id = ?", (ids[3],))
+        conn.execute("UPDATE exchanges SET metadata = '{\"_arbormem\": \"x\"}' WHERE id = ?", (ids[4],))
+        conn.execute("UPDATE exchanges SET assistant_at = 'yesterday' WHERE id = ?", (ids[6],))
+        conn.execute("UPDATE topics SET meta = 'not json' WHERE user_id = 'alice' AND kind = 'topic' "
+                     "AND rid = (SELECT MIN(rid) FROM topics WHERE user_id = 'alice' AND kind = 'topic')")
+    conn.close()
+    with open_memory(db) as m:
+        report = check(m)
+        rows = [p for u in report.users for p in u.problems if p.kind == "row"]
+        assert {p.item_id for p in rows} >= {ids[1], ids[2], ids[3], ids[4], ids[6]}, [str(p) for p in rows]
+        assert any(p.message.startswith("topic meta") for p in rows)
+        assert not report.ok and next(u for u in report.users if u.user_id == "bob").ok
+        repaired = check(m, repair=True)  # refused for alice (her transcript is unreadable), no crash
+        assert not repaired.ok and not next(u for u in repaired.users if u.user_id == "alice").repaired
+    result = CliRunner().invoke(check_command, ["--db", str(db)])
+    assert result.exit_code == 1 and "[row]" in result.output
