@@ -208,3 +208,18 @@ def test_import_is_all_or_nothing_and_idempotent(flaky: tuple[Memory, LiveServer
         assert again.status_code == 201 and again.json()["ids"] == first.json()["ids"]
         assert c.get("/v1/users/alice/stats").json()["exchanges"] == 600
         _reads_work(c)
+
+
+def test_token_grants_are_exact(seeded: Memory) -> None:
+    # A grant for "bob\u00a0" was stripped to "bob" and reached bob's memory.
+    from arbormem.errors import ConfigError
+    from arbormem.server.auth import TokenPolicy, bearer
+
+    for spec in ("tok:bob\u00a0", "tok:\u2003bob", "tok:bo\x00b", "tok\u00a0:bob"):
+        with pytest.raises(ConfigError):
+            TokenPolicy.parse(spec)
+    with pytest.raises(ConfigError):
+        TokenPolicy({"tok": ["bob\u3000"]})
+    policy = TokenPolicy.parse(" tokA: alice , bob ;\ttokB:carol ")  # ASCII spacing is the spec's own
+    assert policy.principal("tokA").users == frozenset({"alice", "bob"})
+    assert bearer("Bearer tokA\u00a0") == "tokA\u00a0" and policy.principal(bearer("Bearer tokA\u00a0")) is None

@@ -382,7 +382,7 @@ class TreeSession:
             if node.id in self._to_summarise and node.kind == "topic":
                 node.summary = self._extractive_summary(node, df, n_docs)
             elif node.kind == "theme":
-                kids = self.children(node)
+                kids = sorted(self.children(node), key=lambda k: (k.start_seq or 0, k.created_seq, k.title))
                 node.summary = shorten("; ".join(k.title for k in kids if k.title), 240)
                 node.frozen = all(k.frozen for k in kids) if kids else node.frozen
         for node in dirty:

@@ -22,6 +22,9 @@ from ..errors import ConfigError
 
 ENV = "ARBORMEM_API_TOKENS"
 ALL = "*"
+# The spec's own spacing ("tokA: alice, bob"): only ASCII blanks are trimmed. str.strip() also
+# removed U+00A0 and other Unicode spaces, so a grant for "bob\u00a0" reached "bob".
+_BLANKS = " \t\r\n"
 
 
 @dataclass(frozen=True)
@@ -49,10 +52,15 @@ class TokenPolicy:
         for token, users in grants.items():
             # Length is the operator's choice (the documented example uses "tokA"); use long
             # random tokens in production.
-            if not isinstance(token, str) or not token or any(c in token for c in ":;, \t\n"):
+            if (not isinstance(token, str) or not token or any(c in token for c in ":;,")
+                    or any(c.isspace() for c in token) or not token.isprintable()):
                 raise ConfigError("API tokens must be non-empty, without ':;,' or whitespace")
             names = [users] if isinstance(users, str) else list(users)
-            names = [u.strip() for u in names if u.strip()]
+            names = [u.strip(_BLANKS) for u in names if isinstance(u, str) and u.strip(_BLANKS)]
+            for u in names:
+                if u != u.strip() or not u.isprintable():
+                    raise ConfigError(f"API token {token[:4]}...: user {u!r} starts or ends with whitespace "
+                                      "or holds control characters; user ids in grants must be exact")
             if not names:
                 raise ConfigError(f"API token {token[:4]}... is bound to no user")
             self._grants[token] = Principal(frozenset(u for u in names if u != ALL), ALL in names)
@@ -63,10 +71,10 @@ class TokenPolicy:
         for part in spec.split(";"):
             if not part.strip():
                 continue
-            token, sep, users = part.strip().partition(":")
+            token, sep, users = part.strip(_BLANKS).partition(":")
             if not sep:
-                raise ConfigError(f"{ENV}: expected 'token:user1,user2' in {part.strip()[:4]!r}...")
-            grants.setdefault(token.strip(), []).extend(users.split(","))
+                raise ConfigError(f"{ENV}: expected 'token:user1,user2' in {part.strip(_BLANKS)[:4]!r}...")
+            grants.setdefault(token.strip(_BLANKS), []).extend(users.split(","))
         if not grants:
             raise ConfigError(f"{ENV} holds no token")
         return cls(grants)
@@ -92,7 +100,7 @@ def bearer(header: str | None) -> str | None:
     if not header:
         return None
     scheme, _, value = header.partition(" ")
-    return value.strip() or None if scheme.lower() == "bearer" else None
+    return value.strip(_BLANKS) or None if scheme.lower() == "bearer" else None
 
 
 __all__ = ["TokenPolicy", "Principal", "ANONYMOUS", "ENV", "bearer"]
