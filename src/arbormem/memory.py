@@ -240,7 +240,7 @@ class Memory:
         uid = v.user_id(user_id)
         v.integer(batch_size, "batch_size", 1)
         key = None if request_id is None else _IMPORT_PREFIX + v.item_id(request_id, "request_id")
-        if isinstance(items, (str, bytes, Mapping)):
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
             raise ValidationError("items must be an iterable of dicts with 'messages'")
         prepared = [self._prepare(uid, item, i) for i, item in enumerate(items)]
         if key is not None and (done := self._imported(uid, key)) is not None:
