@@ -81,7 +81,7 @@ _VERBS = _words(
     trust try turn understand upset use vote wait wake walk want warn wash waste watch wave wear
     welcome win wish wonder worry would write yell like brighten lighten strengthen widen
     soften loosen tighten flatten shorten threaten frighten sharpen weaken awaken broaden
-    deepen harden heighten lengthen moisten sweeten worsen fasten hasten convey"""
+    deepen harden heighten lengthen moisten sweeten worsen fasten hasten convey collaborate"""
 ) - _words("break change check cut deal dream drink end experience fall fight focus head hug "
            "joke kiss paint pitch plant play practice pray print report rescue ride ring "
            "search smell smile study swim taste tie train travel trust vote walk wave work") \
@@ -128,16 +128,20 @@ _NOT_VERBS = _words("shows treats falls savings earnings findings lies fits")
 # unless the "-ing" rule below finds them used as a verb ("I'm reading a book").
 _ING_NOUNS = _words(
     """morning evening spring string king ring wing sibling ceiling pudding wedding building
-    meeting painting clothing housing feeling feelings earring earrings offspring swing sling duckling dumpling darling stocking
-    stuffing icing filling frosting lightning reading writing cooking baking learning drawing
-    climbing singing teaching dancing hiking swimming camping fishing hunting skiing shopping
-    gardening knitting sewing sailing boxing bowling jogging volunteering parenting dating
-    running walking training cycling biking surfing skating traveling travelling recycling
-    packing catering counseling counselling coaching tutoring mentoring printing recording
-    sculpting acting modeling modelling marketing accounting engineering nursing
-    programming coding hosting funding lodging parking plumbing roofing heating wiring
-    flooring tiling landscaping budgeting saving investing banking trading fundraising
-    networking brainstorming bullying homeschooling babysitting""")
+    meeting painting clothing housing feeling feelings earring earrings offspring swing sling
+    duckling dumpling darling stocking stuffing icing filling frosting lightning reading
+    writing cooking baking learning drawing climbing singing teaching dancing hiking swimming
+    camping fishing hunting skiing shopping gardening knitting sewing sailing boxing bowling
+    jogging volunteering parenting dating running walking training cycling biking surfing
+    skating traveling travelling recycling packing catering counseling counselling coaching
+    tutoring mentoring printing recording sculpting acting modeling modelling marketing
+    accounting engineering nursing programming coding hosting funding lodging parking
+    plumbing roofing heating wiring flooring tiling landscaping budgeting saving investing
+    banking trading fundraising networking brainstorming bullying homeschooling babysitting
+    tasting sightseeing snorkelling snorkeling diving rowing kayaking canoeing sledging
+    sledding weightlifting lifting bodybuilding crafting scrapbooking quilting gaming
+    streaming blogging vlogging podcasting birdwatching stargazing decorating proofreading
+    editing publishing spending wellbeing bedding""")
 _ED_NOUNS = _words("bed red shed seed speed feed weed breed sled need hundred sacred")
 
 _ADVERBS = _words(
@@ -155,7 +159,7 @@ _ADVERBS = _words(
     unless whether till per regarding despite among amongst except sorta lots tons plenty
     earlier later sooner overall else instead almost awhile anyhow somehow underneath beneath
     inside outside nearby upstairs downstairs overseas abroad alongside meantime near past
-    worth ish"""
+    worth ish sometime"""
 )
 _PRONOUNS = _words(
     """anybody anyone anything everybody everyone everything nobody none nothing somebody
@@ -202,16 +206,18 @@ _UNITS = _words(
     """percent cent cents pound pounds quid buck bucks dollar dollars euro euros yen grand
     gram grams kilo kilos kg km kms mile miles metre metres meter meters cm mm inch inches
     litre litres liter liters ml mph kph lbs oz ounce ounces degrees celsius fahrenheit""")
+# Nouns that only ever make bad phrases ("full time piano teacher", "working on it").
+_NEVER = _words("time times working")
 _QUESTION = _words("what when where which who whom whose why how what's how's")
 _STOP = (STOPWORDS | _VERB_FORMS | _ADVERBS | _PRONOUNS | _FILLER | _NUMBER_WORDS | _QUESTION
-         | _UNITS
+         | _UNITS | _NEVER
          | _words("mr mrs ms dr st vs etc ie eg via let's shall may might must ought next last "
                   "this")) - _NOT_VERBS - _ING_NOUNS
 
 # Generic nouns and calendar words: fine inside a phrase ("weekend trip", "Sunday brunch"),
 # never a title on their own, and they lend a phrase little weight.
 _WEAK = _words(
-    """time times day days week weeks weekend weekends month months year years today moment
+    """day days week weeks weekend weekends month months year years today moment
     moments while morning mornings evening evenings night nights afternoon hour hours minute
     minutes second seconds way ways people person part parts place places idea ideas question
     questions answer answers reason reasons point points fact facts case cases example examples
@@ -240,7 +246,8 @@ _MODIFIERS = _words(
     typical regular normal major minor serious mid soft warm cold hot wet dry heavy thin
     thick fresh clean dirty quiet loud rich poor safe cheap expensive fast slow strong weak
     tall wide narrow round sharp smooth rough loose tight raw ripe sweet sour bitter
-    spicy salty plain fancy empty ready rare proper decent""")
+    spicy salty plain fancy empty ready rare proper decent dead alive asleep awake close
+    resilient pregnant""")
 _ADJ_SUFFIXES = ("ful", "ous", "less", "able", "ible")  # evaluative: stop words
 _MOD_SUFFIXES = ("ive",)  # classifying ("creative writing"): modifiers
 _SUFFIX_NOUNS = _words(
@@ -395,6 +402,11 @@ def _verbal(toks: list[_Tok], i: int) -> bool:
     return prev in _BE or nxt in _DETERMINERS
 
 
+def _participle(w: str) -> bool:
+    return w.endswith("ing") and len(w) >= 5 and w not in _ING_NOUNS \
+        and w not in _ING_ALWAYS_NOUNS
+
+
 def _address(toks: list[_Tok], start: int, end: int) -> bool:
     """A name used to address someone ("Thanks, Gina!", "Hey Mel, ..."): not a subject."""
     if end - start > 2 or not all(t.surface[:1].isupper() for t in toks[start:end]):
@@ -421,6 +433,11 @@ def _runs(toks: list[_Tok]) -> list[list[_Tok]]:
         elif t.kind == ED and i > start:
             close(i)
             start = i
+        elif i > start and _participle(t.low):
+            # A noun then an "-ing" word is a clause ("a bird flying over"), not a compound
+            # ("dog walking", "marathon training": those "-ing" words are listed nouns).
+            close(i)
+            start = i + 1
     close(len(toks))
     return runs
 
