@@ -314,8 +314,10 @@ def _classify(low: str) -> int:
     if "'" in base or base in _STOP or low in _STOP or _LAUGH.fullmatch(base) \
             or _ELONGATED.search(base):
         return STOP
-    if len(base) < 3:
-        return STOP  # two-letter acronyms ("AI", "TV") are let in by their surface form
+    if len(base) < 3 or len(base) > 24 and base.isascii():
+        # Two-letter acronyms ("AI", "TV") are let in by their surface form; very long ASCII
+        # tokens are identifiers, hashes or glued words, not names of subjects.
+        return STOP
     if base in _WEAK:
         return WEAK
     suffixed = len(base) >= 6 and base not in _SUFFIX_NOUNS
@@ -371,10 +373,9 @@ def _tokens(text: str) -> list[_Tok]:
     text = _HYPHEN.sub(" ", text)
     out: list[_Tok] = []
     initial = True
-    for m in _TOKEN.finditer(text):
-        word, end, punct = m.group(1), m.group(2), m.group(3)
-        if word is None:
-            if end is not None:
+    for word, end, punct in _TOKEN.findall(text):
+        if not word:
+            if end:
                 initial = True
             out.append(_Tok("", end or punct, initial, STOP))
             continue
@@ -601,6 +602,9 @@ class _Pool:
                 base = hint[1]
             words.append(base + w[len(_base(w)):])
         text = " ".join(words)
+        if len(text) > MAX_TITLE_CHARS:
+            # Only a script written without spaces gets here (a whole clause is one "word").
+            text = text[: MAX_TITLE_CHARS - 1].rstrip() + "…"
         return text[:1].upper() + text[1:]
 
 
