@@ -247,15 +247,16 @@ _MODIFIERS = _words(
     thick fresh clean dirty quiet loud rich poor safe cheap expensive fast slow strong weak
     tall wide narrow round sharp smooth rough loose tight raw ripe sweet sour bitter
     spicy salty plain fancy empty ready rare proper decent dead alive asleep awake close
-    resilient pregnant""")
+    resilient pregnant intense eager organic""")
 _ADJ_SUFFIXES = ("ful", "ous", "less", "able", "ible")  # evaluative: stop words
-_MOD_SUFFIXES = ("ive",)  # classifying ("creative writing"): modifiers
+_MOD_SUFFIXES = ("ive", "istic", "ical")  # classifying ("creative writing"): modifiers
 _SUFFIX_NOUNS = _words(
     """executive executives detective detectives relative relatives initiative objective
     alternative perspective incentive archive archives olive olives motive vegetable
     vegetables timetable variable variables constable syllable turntable collectible
     collectibles convertible representative representatives explosive explosives
-    narrative sedative adhesive handful spoonful mouthful""")
+    narrative sedative adhesive handful spoonful mouthful musical musicals chemical
+    chemicals""")
 _BE = _words(
     """am is are was were be been being 'm 're i'm you're we're they're he's she's it's that's
     there's i've we've you've they've im youre theyre thats keep keeps kept stop stopped
