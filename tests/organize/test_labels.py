@@ -14,6 +14,7 @@ from arbormem.organize.labels import (
     phrase_counts,
     phrase_words,
     prune_phrases,
+    subtract_phrases,
     theme_title,
 )
 from arbormem.text import STOPWORDS, terms
@@ -162,6 +163,7 @@ def test_prune_and_merge_keep_counters_bounded_and_summable() -> None:
     merged = merge_phrases(a, b)
     assert merged["kitchen renovation budget"] == a["kitchen renovation budget"]
     assert all(merged[k] == a.get(k, 0) + b.get(k, 0) for k in merged)
+    assert subtract_phrases(merged, b) == a
     small = prune_phrases(merged, 16)
     assert len(small) == 16
     assert make_title(small, DF, N, members=5) in {"Kitchen renovation budget",

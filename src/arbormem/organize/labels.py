@@ -27,9 +27,10 @@ rest; a pruned hint only costs the capital.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..text import STOPWORDS, idf
 
@@ -123,7 +124,7 @@ def _inflect(verb: str) -> set[str]:
 _VERB_FORMS = frozenset().union(*(_inflect(v) for v in _VERBS)) | _IRREGULAR
 
 # Nouns the verb inflection above would otherwise swallow; "-ing" nouns are listed below.
-_NOT_VERBS = _words("shows treats falls savings earnings findings lies fits")
+_NOT_VERBS = _words("treats falls savings earnings findings lies fits")
 # "-ing" words that are nouns or activities ("Reading", "Rock climbing"): content words,
 # unless the "-ing" rule below finds them used as a verb ("I'm reading a book").
 _ING_NOUNS = _words(
@@ -524,6 +525,11 @@ def merge_phrases(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
+def subtract_phrases(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    """``a`` less ``b`` (an exchange leaving a node), dropping entries that reach zero."""
+    return {k: c - b.get(k, 0) for k, c in a.items() if c - b.get(k, 0) > 0}
+
+
 def prune_phrases(counts: Mapping[str, int], keep: int) -> dict[str, int]:
     """Keep the ``keep`` strongest entries of a phrase counter (bounded per-node statistics).
 
@@ -557,6 +563,12 @@ def _singular(word: str) -> str:
     return word
 
 
+@functools.lru_cache(maxsize=65_536)
+def _pool_key(key: str) -> str:
+    head, _, last = key.rpartition(" ")
+    return f"{head} {_singular(last)}" if head else _singular(last)
+
+
 class _Pool:
     """Phrase counts with plural variants pooled ("dog" + "dogs"), each shown as its most
     frequent variant, and case hints kept aside for rendering."""
@@ -573,8 +585,7 @@ class _Pool:
                 if low not in self.hints or (c, key) > self.hints[low]:
                     self.hints[low] = (c, key)
                 continue
-            head, _, last = key.rpartition(" ")
-            pooled = f"{head} {_singular(last)}" if head else _singular(last)
+            pooled = _pool_key(key)
             self.count[pooled] = self.count.get(pooled, 0) + c
             # The most frequent variant; on a tie the singular (shorter) one.
             if pooled not in self.shown or (c, -len(key)) > (self.shown[pooled][0],
@@ -640,10 +651,12 @@ class _Scorer:
         weights = [self.word_idf(w) * (0.4 if _kind(w) == WEAK else 1.0) for w in words]
         return sum(weights) / len(words) * _LENGTH_BONUS[min(len(words), MAX_WORDS)]
 
-    def rank(self, pool: _Pool, frequency: Callable[[str, int], float]
-             ) -> list[tuple[float, str]]:
+    def rank(self, pool: _Pool, frequency: Callable[[str, int], float],
+             keys: Iterable[str] | None = None) -> list[tuple[float, str]]:
+        """``pool``'s phrases (or only ``keys``) by score, best first; ties alphabetical."""
         scored = []
-        for key, count in pool.count.items():
+        for key in pool.count if keys is None else keys:
+            count = pool.count[key]
             score = frequency(key, count) * self.specificity(key) \
                 * (1.0 + pool.cohesion(key, count))
             scored.append((score, key))
@@ -701,14 +714,13 @@ def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int) -> s
     if len(kids) > 1:
         holders: dict[str, int] = {}
         for child in kids:
-            for key in _Pool(child).count:
+            for key in {_pool_key(k) for k, c in child.items() if c > 0 and is_phrase(k)}:
                 holders[key] = holders.get(key, 0) + 1
         share = {k: h / len(kids) for k, h in holders.items() if h >= 2}
         if share:
             def frequency(key: str, count: int) -> float:
-                return share.get(key, 0.0) * (1.0 + math.log(count))
+                return share[key] * (1.0 + math.log(count))
 
-            ranked = [r for r in _Scorer(df, n_docs).rank(pool, frequency) if r[0] > 0]
-            if ranked:
-                return pool.render(_pick(ranked))
+            ranked = _Scorer(df, n_docs).rank(pool, frequency, share)
+            return pool.render(_pick(ranked))
     return make_title(total, df, n_docs, members=len(kids))
