@@ -695,12 +695,14 @@ def _pick(ranked: list[tuple[float, str]]) -> str:
     return best
 
 
-def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int) -> str:
+def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
+                members: int | None = None) -> str:
     """The title of a theme from its children's phrase counters: what they share.
 
     A phrase held by at least two children scores by the share of children holding it, its
     frequency and its specificity (as in ``make_title``); with no phrase shared by two
-    children (or one child), the best phrase of all of them together.
+    children (or one child), ``make_title`` over all of them together, ``members`` (the
+    exchanges under the theme; default the number of children) passed on.
     """
     kids = [c for c in children if c]
     if not kids:
@@ -723,4 +725,4 @@ def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int) -> s
 
             ranked = _Scorer(df, n_docs).rank(pool, frequency, share)
             return pool.render(_pick(ranked))
-    return make_title(total, df, n_docs, members=len(kids))
+    return make_title(total, df, n_docs, members=members or len(kids))
