@@ -6,15 +6,17 @@ classic stop-list chunker behind RAKE-style keyphrase extraction, with English w
 1. ``phrase_counts`` cuts one exchange's text into runs of content words. A run ends at
    punctuation, at a word with a digit, and at every word of the extended stop list: function
    words, common verbs in all their forms, adverbs, pleasantries ("thanks", "sounds",
-   "awesome"), chat filler ("lol", "yeah"), number words. A few cheap rules catch verbs the
-   list misses: an "-ing" word after a form of "be" or a pronoun, or before a determiner, is a
-   verb ("I'm planning a trip"); an "-ed" word starts a new run and never ends a phrase
-   ("Maya painted sunsets" gives "sunsets"). Every 1-3 word window of a run is a candidate
-   (so "half marathon" is counted both alone and inside "half marathon training").
+   "awesome"), chat filler ("lol", "yeah"), number words, units. A few cheap rules catch
+   verbs the list misses: a word after a subject pronoun or a modal ("we ride horses"), an
+   "-ing" word after a form of "be" or before a determiner ("I'm planning a trip") or after
+   a noun ("a bird flying"); an "-ed" word starts a new run and never ends a phrase ("Maya
+   painted sunsets" gives "sunsets"). Every 1-3 word window of a run is a candidate (so
+   "half marathon" is counted both alone and inside "half marathon training").
 2. ``make_title`` scores each candidate by its frequency in the node (sub-linear) times the
-   mean inverse document frequency of its words over the user's whole memory, favouring
-   multi-word phrases; a phrase that is everywhere in the user's memory (a name, "work")
-   scores low. ``theme_title`` prefers phrases that several children share.
+   mean squashed inverse document frequency of its words over the user's whole memory,
+   favouring multi-word phrases that recur as a whole; a word that is everywhere in the
+   user's memory (a name, "photo") scores low. ``theme_title`` prefers phrases that several
+   children share. docs/titles.md has the reasons and the measurements.
 
 Counters are plain ``dict[str, int]``: mergeable by summation and prunable like the term
 counters of ``text.py`` (``merge_counts``, ``prune_counts`` or ``prune_phrases`` here).
@@ -34,7 +36,22 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..text import STOPWORDS, idf
 
-MAX_WORDS = 3  # candidate phrase length; a joined title ("A and B") may have more
+__all__ = [
+    "MAX_TITLE_CHARS",
+    "UNTITLED",
+    "USER_WEIGHT",
+    "exchange_phrase_counts",
+    "is_phrase",
+    "make_title",
+    "merge_phrases",
+    "phrase_counts",
+    "phrase_words",
+    "prune_phrases",
+    "subtract_phrases",
+    "theme_title",
+]
+
+MAX_WORDS = 3  # candidate phrase length
 MAX_TITLE_CHARS = 40
 PER_TEXT_CAP = 3  # one long exchange repeating a word must not outweigh a recurring phrase
 UNTITLED = "Untitled"
