@@ -322,6 +322,29 @@ def reembed(db: str | None, embedder: str, user_id: str | None, batch_size: int,
                    "reads and writes until they are done")
 
 
+@main.command("rebuild-tree", help="Rebuild the topic tree from the transcript (after an upgrade).")
+@click.argument("db", required=False)
+@click.option("--user", "user_id", default=None, help="Only this user (default: every user).")
+@click.option("--database-url", default=None, help="A PostgreSQL memory (postgresql://...) instead of DB.")
+@json_option
+@_errors
+def rebuild_tree(db: str | None, user_id: str | None, database_url: str | None, as_json: bool) -> None:
+    """Drop every topic of the memory at DB (or --database-url) and place each stored exchange
+    again with the current placement, one transaction per user. The transcript and its
+    vectors are kept; consolidation's merges and links go with the old topics."""
+    if (db is None) == (database_url is None):
+        raise ValidationError("give the SQLite memory file DB or --database-url (one of them)")
+    if db is not None and not Path(db).is_file():
+        raise ValidationError(f"no SQLite memory at {db}")
+    with _memory(db, database_url=database_url) as mem:
+        out = mem.rebuild_tree(user_id)
+    if as_json:
+        _print_json(out)
+        return
+    for uid, n in out.items():
+        click.echo(f"{uid}: {n} topics")
+
+
 def _register_optional() -> None:
     """Attach command groups that live with their subsystems (kept import-light)."""
     try:

@@ -245,6 +245,9 @@ class Memory:
                 self._index_batch(uid, stored, counts)
                 tree.flush()
                 out.extend(stored)
+                if tree.moved:  # segmentation lag moved earlier exchanges to a new topic
+                    out = [dataclasses.replace(e, topic_id=tree.moved[e.id]) if e.id in tree.moved else e
+                           for e in out]
             if progress is not None:
                 progress(min(start + batch_size, total), total)
         return out
@@ -677,6 +680,36 @@ class Memory:
         return written, len(vec_nodes), aliases
 
     # -- deletion -------------------------------------------------------------------------------
+    def rebuild_tree(self, user_id: str | None = None) -> dict[str, int]:
+        """Rebuild the topic tree of one user (or every user) from the transcript: the stored
+        exchanges and vectors are kept, every topic is dropped and each completed exchange is
+        placed again in order, as the current placement would have placed it. How a memory
+        made by an earlier version gets today's tree; nothing of the transcript changes.
+        Consolidation's merges, links and pins live on topics and are dropped with them
+        (run ``consolidate`` again). Returns {user: topics after}."""
+        self._check_embedder()
+        users = [v.user_id(user_id)] if user_id is not None else self.store.list_users()
+        out: dict[str, int] = {}
+        for uid in users:
+            with self.store.transaction(uid):
+                exs = [e for e in self.store.list_exchanges(uid, status="completed")]
+                vecs = self.store.get_vectors(uid, "exchange", [e.id for e in exs])
+                for t in self.store.list_topics(uid):
+                    self.store.delete_topic(t.id)
+                tree = TreeSession(self.store, uid, self.settings.tree)
+                for e in exs:
+                    vec = vecs.get(e.id)
+                    if vec is None:
+                        continue
+                    bare = dataclasses.replace(e, topic_id=None)
+                    self.store.update_exchange(bare)
+                    topic_id = tree.place(bare, vec, term_counts(e.text))
+                    self.store.update_exchange(dataclasses.replace(e, topic_id=topic_id))
+                tree.flush()
+                out[uid] = sum(1 for t in self.store.list_topics(uid) if t.kind == "topic")
+                self.store.log_change(uid, "rebuild", tree.root.id, {"exchanges": len(exs), "topics": out[uid]})
+        return out
+
     def delete(self, exchange_id: str) -> None:
         """Delete one exchange from the transcript, its topic and every index."""
         ex = self.get(exchange_id)
