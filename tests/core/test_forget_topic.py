@@ -215,3 +215,41 @@ def test_forget_topic_on_postgres(pg_database: str, demo_data: dict) -> None:
         _tree_is_exact(mem, "demo")
         hits = mem.search("peanut allergy birthday party", user_id="demo", limit=50)
         assert not {h.exchange.id for h in hits} & set(doomed)
+
+
+def test_cli_forget_previews_without_yes_and_deletes_with_it(tmp_path: Path, demo_data: dict) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from arbormem.cli import main
+
+    db = tmp_path / "m.db"
+    with Memory(db, embedder="hash") as mem:
+        _load(mem, demo_data)
+        theme = _theme(mem)
+        doomed = _filed_under(mem, theme)
+        everything = [e.id for e in mem.exchanges(user_id="demo")]
+    r = CliRunner()
+    args = ["forget", "--db", str(db), "--user", "demo", "--topic", theme.id]
+    shown = r.invoke(main, args)
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.startswith(f"would forget theme {' › '.join(theme.path)}")
+    assert f"{len(doomed)} exchanges in {len(_leaves(theme))} topics" in shown.output
+    assert all(x in shown.output for x in doomed) and "--yes" in shown.output
+    as_json = json.loads(r.invoke(main, [*args, "--json"]).output)
+    assert as_json["exchange_ids"] == doomed and as_json["applied"] is False
+    with Memory(db, embedder="hash") as mem:
+        assert [e.id for e in mem.exchanges(user_id="demo")] == everything
+
+    done = r.invoke(main, [*args, "--yes", "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["exchange_ids"] == doomed and json.loads(done.output)["applied"] is True
+    again = r.invoke(main, [*args, "--yes"])
+    assert again.exit_code == 1 and again.output.strip() == f"error: no topic {theme.id!r}"
+    missing = r.invoke(main, ["forget", "--db", str(tmp_path / "nope.db"), "--topic", "t_x"])
+    assert missing.exit_code == 2 and len(missing.output.strip().splitlines()) == 1
+    assert not (tmp_path / "nope.db").exists()
+    with Memory(db, embedder="hash") as mem:
+        assert [e.id for e in mem.exchanges(user_id="demo")] == [x for x in everything if x not in doomed]
+        assert len(mem.exchanges(user_id="carol")) == len(OTHER)
