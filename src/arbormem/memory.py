@@ -756,9 +756,9 @@ class Memory:
             # Reported as it happened, not as planned (the plan trusts the stored sizes).
             after = {r.id for r in self.store.list_topics(uid)}
             removed = tuple(t for t in dict.fromkeys([*plan.removed_topic_ids, *before]) if t not in after)
+            # Ids only: a title is made of the forgotten text's words (tests/robust/test_isolation.py).
             self.store.log_change(uid, "forget_topic", topic_id, {
-                "exchanges": list(plan.exchange_ids), "seqs": list(plan.seqs),
-                "topics": list(removed), "title": plan.title,
+                "exchanges": list(plan.exchange_ids), "seqs": list(plan.seqs), "topics": list(removed),
             })
             self.store.purge_deleted_text()
         return dataclasses.replace(plan, removed_topic_ids=removed, applied=True)
