@@ -457,6 +457,8 @@ class TreeSession:
                         node.meta[PHRASES], labels.exchange_phrase_counts(ex.user_text, ex.assistant_text))
             self._dirty.add(node.id)
         self._recompute_span(leaf)
+        # Its summary may quote the removed exchange: rewritten from what is left at flush.
+        self._to_summarise.add(leaf.id)
         # Drop nodes that became empty, bottom-up (the root stays).
         for node in chain:
             if node.kind == "root" or node.size > 0:
