@@ -81,6 +81,25 @@ class RecallSettings(BaseModel):
     speaker_focus_share: float = 0.33
 
 
+class Limits(BaseModel):
+    """Bounds on what one call may store (docs/robustness.md, "Bounds"). Past any of them the
+    call raises ``ValidationError`` and stores nothing; the HTTP server derives its body
+    limits from them. ``Settings.max_message_chars`` bounds one message's text."""
+
+    # Messages in one exchange (an agent turn with tool calls and outputs is one exchange).
+    max_messages: int = Field(default=1_000, ge=1)
+    # Characters of text over all messages of one exchange: what is embedded, indexed and
+    # counted. Keeps any one exchange well inside the token counter's and the model's reach.
+    max_exchange_chars: int = Field(default=400_000, ge=1)
+    # The exchange's messages as stored (JSON, UTF-8): text plus non-text content parts and
+    # any other message keys (tool calls, ...).
+    max_exchange_bytes: int = Field(default=2 * 1024 * 1024, ge=1)
+    # An exchange's metadata as stored (JSON, UTF-8).
+    max_metadata_bytes: int = Field(default=1024 * 1024, ge=1)
+    # Nesting of metadata and of message values (a dict or list inside another is one level).
+    max_json_depth: int = Field(default=32, ge=1)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ARBORMEM_", env_nested_delimiter="__", extra="ignore"
@@ -92,6 +111,7 @@ class Settings(BaseSettings):
     torch_threads: int = Field(default=1, ge=1)
     embed_batch_size: int = Field(default=64, ge=1)
     max_message_chars: int = Field(default=200_000, ge=1)
+    limits: Limits = Limits()
     llm: LLMSettings = LLMSettings()
     tree: TreeSettings = TreeSettings()
     recall: RecallSettings = RecallSettings()

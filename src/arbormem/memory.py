@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from .documents import DocumentReport
 
 ProgressFn = Callable[[int, int], None]
+#: Change-log target of an import's idempotency key (``add_many(request_id=...)``).
+_IMPORT_PREFIX = "import:"
+_ITEM_KEYS = frozenset({"messages", "session_id", "at", "assistant_at", "metadata", "user_id"})
 
 #: Store meta key of an unfinished re-embed: JSON ``{"target": "NAME:DIM", "done": [users]}``
 #: ("" once finished). While it is set, reads and writes refuse the memory.
@@ -165,7 +168,8 @@ class Memory:
         """Record a user message as a pending exchange (before the assistant replies)."""
         uid = v.user_id(user_id)
         body = v.text(user_text, "user_text", self.settings.max_message_chars)
-        ex_at, sid, meta = v.when(at), v.session_id(session_id), v.metadata(metadata)
+        ex_at, sid = v.when(at), v.session_id(session_id)
+        meta = v.metadata(metadata, self.settings.limits)
         with self.store.transaction(uid):
             ex = Exchange(
                 id=new_id("x"), user_id=uid, session_id=sid, seq=self.store.next_seq(uid),
@@ -179,6 +183,9 @@ class Memory:
         """Attach the assistant's reply, place the exchange in the tree and index it."""
         ex = self._pending(exchange_id)
         reply = v.text(assistant_text, "assistant_text", self.settings.max_message_chars)
+        if len(ex.user_text) + len(reply) > self.settings.limits.max_exchange_chars:
+            raise ValidationError(f"the exchange would hold more than {self.settings.limits.max_exchange_chars} "
+                                  "characters of text; that is the limit for one exchange")
         done_at = v.when(at)
         done = dataclasses.replace(
             ex, status="completed", assistant_text=reply, assistant_at=done_at,
@@ -208,9 +215,7 @@ class Memory:
         return failed
 
     def _pending(self, exchange_id: str) -> Exchange:
-        if not isinstance(exchange_id, str):
-            raise ValidationError("exchange_id must be a string")
-        ex = self.store.get_exchange(exchange_id)
+        ex = self.store.get_exchange(v.item_id(exchange_id, "exchange_id"))
         if ex is None:
             raise NotFoundError(f"no exchange {exchange_id!r}")
         if ex.status != "pending":
@@ -229,37 +234,64 @@ class Memory:
 
     def add_many(
         self, items: Iterable[Mapping[str, Any]], *, user_id: str, batch_size: int = 256,
-        progress: ProgressFn | None = None,
+        progress: ProgressFn | None = None, request_id: str | None = None,
     ) -> list[Exchange]:
-        """Bulk import: validate every item first (nothing stored if one is bad), then embed in
-        batches and store each batch in one transaction. Items: dicts with ``messages`` and
-        optional ``session_id``, ``at`` (user time), ``assistant_at``, ``metadata``."""
+        """Bulk import, all or nothing. Items: dicts with ``messages`` and optional
+        ``session_id``, ``at`` (user time), ``assistant_at``, ``metadata``.
+
+        Every item is validated first, then embedded in batches of ``batch_size`` (no lock held;
+        ``progress(done, total)`` after each), then all are stored in one store transaction.
+        A bad item, an embedder failure in any batch or a store failure stores nothing, so the
+        same call can simply be retried. ``request_id`` (a client's idempotency key) covers the
+        case where the caller cannot know whether a call went through (a lost reply): a call
+        with a key the user's memory already stored returns the exchanges stored then (those
+        not deleted since) and stores nothing. The key is kept in the change log."""
         uid = v.user_id(user_id)
+        v.integer(batch_size, "batch_size", 1)
+        key = None if request_id is None else _IMPORT_PREFIX + v.item_id(request_id, "request_id")
+        if isinstance(items, (str, bytes, Mapping)):
+            raise ValidationError("items must be an iterable of dicts with 'messages'")
         prepared = [self._prepare(uid, item, i) for i, item in enumerate(items)]
+        if key is not None and (done := self._imported(uid, key)) is not None:
+            return done
         if not prepared:
             return []
-        out: list[Exchange] = []
         total = len(prepared)
+        vecs: list[np.ndarray] = []
         for start in range(0, total, batch_size):
-            chunk = prepared[start : start + batch_size]
-            vecs = self.embedder.embed([ex.text for ex in chunk])
+            vecs.extend(self.embedder.embed([ex.text for ex in prepared[start : start + batch_size]]))
             self._check_embedder()  # after embedding: see complete()
-            with self.store.transaction(uid):
+            if progress is not None:
+                progress(min(start + batch_size, total), total)
+        out: list[Exchange] = []
+        with self.store.transaction(uid):
+            if key is not None and (done := self._imported(uid, key)) is not None:
+                return done  # a concurrent call with the same key got there first
+            # Placed and indexed batch by batch (each lexical key written once per batch, the
+            # tree's changed nodes flushed once per batch), all inside the one transaction.
+            for start in range(0, total, batch_size):
                 tree = TreeSession(self.store, uid, self.settings.tree)
                 stored, counts = [], []
-                for ex, vec in zip(chunk, vecs, strict=True):
+                for ex, vec in zip(prepared[start : start + batch_size], vecs[start : start + batch_size], strict=True):
                     ex = dataclasses.replace(ex, seq=self.store.next_seq(uid))
                     counts.append(term_counts(ex.text))
                     stored.append(self._ingest(tree, ex, vec, update=False, flush=False, counts=counts[-1]))
                 self._index_batch(uid, stored, counts)
                 tree.flush()
                 out.extend(stored)
-                if tree.moved:  # segmentation lag moved earlier exchanges to a new topic
+                if tree.moved:  # segmentation moved earlier exchanges to a new topic
                     out = [dataclasses.replace(e, topic_id=tree.moved[e.id]) if e.id in tree.moved else e
                            for e in out]
-            if progress is not None:
-                progress(min(start + batch_size, total), total)
+            if key is not None:
+                self.store.log_change(uid, "import", key, {"ids": [e.id for e in out]})
         return out
+
+    def _imported(self, user_id: str, key: str) -> list[Exchange] | None:
+        """The exchanges an earlier import with this key stored (None: no such import)."""
+        for change in self.store.list_changes(user_id, target_id=key, limit=1):
+            ids = change.detail.get("ids")
+            return self.store.get_exchanges(user_id, [str(i) for i in ids]) if isinstance(ids, list) else []
+        return None
 
     def add_document(
         self, text: str, *, source: str, user_id: str, at: datetime | str | None = None,
@@ -276,16 +308,18 @@ class Memory:
     def _prepare(self, uid: str, item: Mapping[str, Any], index: int) -> Exchange:
         if not isinstance(item, Mapping):
             raise ValidationError(f"item {index}: must be a dict with 'messages'")
-        unknown = set(item) - {"messages", "session_id", "at", "assistant_at", "metadata", "user_id"}
+        unknown = [k for k in item if k not in _ITEM_KEYS]
         if unknown:
-            raise ValidationError(f"item {index}: unknown keys {sorted(unknown)}")
+            raise ValidationError(f"item {index}: unknown keys {sorted(map(repr, unknown))[:10]}")
         if item.get("user_id") not in (None, uid):
             raise ValidationError(f"item {index}: user_id differs from the import's user_id")
         try:
-            msgs, user_text, assistant_text = v.messages(item.get("messages"), self.settings.max_message_chars)
+            msgs, user_text, assistant_text = v.messages(item.get("messages"), self.settings.max_message_chars,
+                                                         self.settings.limits)
             at = v.when(item.get("at"))
-            assistant_at = v.when(item.get("assistant_at")) if item.get("assistant_at") else at
-            sid, meta = v.session_id(item.get("session_id")), v.metadata(item.get("metadata"))
+            assistant_at = v.when(item.get("assistant_at")) if item.get("assistant_at") is not None else at
+            sid = v.session_id(item.get("session_id"))
+            meta = v.metadata(item.get("metadata"), self.settings.limits)
         except ValidationError as exc:
             raise ValidationError(f"item {index}: {exc}") from exc
         return Exchange(
@@ -359,12 +393,8 @@ class Memory:
         the offline ranking is used and ``trace.notes`` says so."""
         uid = v.user_id(user_id)
         body = v.text(query, "query", self.settings.max_message_chars)
-        budget = self.settings.recall.max_tokens if max_tokens is None else max_tokens
-        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
-            raise ValidationError("max_tokens must be a non-negative integer")
-        n_recent = self.settings.recall.recent if recent is None else recent
-        if not isinstance(n_recent, int) or n_recent < 0:
-            raise ValidationError("recent must be a non-negative integer")
+        budget = v.integer(self.settings.recall.max_tokens if max_tokens is None else max_tokens, "max_tokens")
+        n_recent = v.integer(self.settings.recall.recent if recent is None else recent, "recent")
         self._check_embedder()
         planner = RecallPlanner(self.llm) if self.llm is not None and use_llm else None
         return self.retriever.recall(uid, body, budget, n_recent,
@@ -379,8 +409,7 @@ class Memory:
         Runs outside the write path: the LLM is called with no lock held, and a topic's labels
         change only when the model's answer passed validation (see ``organize/enrich.py``)."""
         uid = v.user_id(user_id)
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-            raise ValidationError("limit must be a non-negative integer")
+        v.integer(limit, "limit")
         if self.llm is None:
             return EnrichReport(user_id=uid, candidates=0, labelled=0, failed=0, skipped=0, llm_calls=0)
         seg = None
@@ -395,7 +424,7 @@ class Memory:
         """A topic's detailed summary (tier 2): made by the LLM on first request and cached
         until the topic changes. None without an LLM or when the call fails."""
         uid = v.user_id(user_id)
-        rec = self.store.get_topic(topic_id) if isinstance(topic_id, str) else None
+        rec = self.store.get_topic(v.item_id(topic_id, "topic_id"))
         if rec is None or rec.user_id != uid:
             raise NotFoundError(f"no topic {topic_id!r}")
         return topic_detail(self.store, self.llm, rec)
@@ -414,6 +443,8 @@ class Memory:
         if user_id is None:
             return [self.consolidate(u, options=options) for u in self.store.list_users()]
         uid = v.user_id(user_id)
+        if options is not None and not isinstance(options, ConsolidationOptions):
+            raise ValidationError("options must be a ConsolidationOptions or None")
         # Consolidation embeds tags and compares centroids: never with another model's vectors.
         self._check_embedder()
         return consolidate(self.store, self.embedder, uid, self.settings.tree, llm=self.llm, options=options)
@@ -423,8 +454,7 @@ class Memory:
         LLM's when configured, else extractive; cached until the topic changes), 2 the
         verbatim exchanges."""
         uid = v.user_id(user_id)
-        if depth not in (0, 1, 2):
-            raise ValidationError("depth must be 0, 1 or 2")
+        v.integer(depth, "depth", 0, 2)
         view = self.topic(topic_id, user_id=uid)
         rec = self.store.get_topic(topic_id)
         assert rec is not None
@@ -433,18 +463,20 @@ class Memory:
     def history(self, item_id: str, *, user_id: str | None = None, limit: int = 100) -> list[Change]:
         """Every logged change concerning a topic or exchange (merges, splits, archives,
         links, undos...), newest first; absorbed topic ids are found too."""
-        return change_history(self.store, item_id, user_id=None if user_id is None else v.user_id(user_id),
-                              limit=limit)
+        return change_history(self.store, v.item_id(item_id, "item_id"),
+                              user_id=None if user_id is None else v.user_id(user_id),
+                              limit=v.integer(limit, "limit", 1, 100_000))
 
     def undo(self, change_id: str, *, user_id: str | None = None) -> Change:
         """Reverse a logged merge, archive, dedup, supersession or link; returns the undo's
         own log entry. A merge is restored with the absorbed topic's original id."""
-        return undo(self.store, change_id, self.settings.tree, user_id=None if user_id is None else v.user_id(user_id))
+        return undo(self.store, v.item_id(change_id, "change_id"), self.settings.tree,
+                    user_id=None if user_id is None else v.user_id(user_id))
 
     def set_recall_mode(self, topic_id: str, mode: RecallMode, *, user_id: str) -> Topic:
         """``passive`` (always in the recalled context, within its budget share), ``active``
         (recalled when relevant; the default) or ``both``."""
-        set_recall_mode(self.store, v.user_id(user_id), topic_id, mode, self.settings.tree)
+        set_recall_mode(self.store, v.user_id(user_id), v.item_id(topic_id, "topic_id"), mode, self.settings.tree)
         return self.topic(topic_id, user_id=user_id)
 
     def pin(self, topic_id: str, *, user_id: str) -> Topic:
@@ -459,14 +491,13 @@ class Memory:
         """Ranked exchanges for ``query`` (hybrid lexical + dense, topic-aware)."""
         uid = v.user_id(user_id)
         body = v.text(query, "query", self.settings.max_message_chars)
-        if not isinstance(limit, int) or limit < 1 or limit > 1000:
-            raise ValidationError("limit must be an integer between 1 and 1000")
+        v.integer(limit, "limit", 1, 1000)
         self._check_embedder()
         return self.retriever.search(uid, body, limit)
 
     def get(self, exchange_id: str) -> Exchange:
         """The exchange with this id; NotFoundError if there is none."""
-        ex = self.store.get_exchange(exchange_id) if isinstance(exchange_id, str) else None
+        ex = self.store.get_exchange(v.item_id(exchange_id, "exchange_id"))
         if ex is None:
             raise NotFoundError(f"no exchange {exchange_id!r}")
         return ex
@@ -475,9 +506,11 @@ class Memory:
                   after_seq: int | None = None) -> list[Exchange]:
         """The user's exchanges in sequence order (optionally by status / after a sequence)."""
         uid = v.user_id(user_id)
-        if status not in (None, "pending", "completed", "failed"):
-            raise ValidationError(f"unknown status {status!r}")
-        return self.store.list_exchanges(uid, status=status, limit=limit, after_seq=after_seq)  # type: ignore[arg-type]
+        if status is not None and status not in ("pending", "completed", "failed"):
+            raise ValidationError("status must be pending, completed, failed or None")
+        lim = None if limit is None else v.integer(limit, "limit")
+        after = None if after_seq is None else v.integer(after_seq, "after_seq")
+        return self.store.list_exchanges(uid, status=status, limit=lim, after_seq=after)  # type: ignore[arg-type]
 
     def topics(self, *, user_id: str) -> list[Topic]:
         """Every theme and topic of the user (flat, with paths; no children)."""
@@ -486,7 +519,7 @@ class Memory:
 
     def topic(self, topic_id: str, *, user_id: str) -> Topic:
         """One topic (with its path); NotFoundError if the user has no such topic."""
-        t = self._topic_view(v.user_id(user_id), topic_id)
+        t = self._topic_view(v.user_id(user_id), v.item_id(topic_id, "topic_id"))
         if t is None:
             raise NotFoundError(f"no topic {topic_id!r}")
         return t
@@ -551,8 +584,7 @@ class Memory:
         Merged topics' part vectors (consolidation aliases) cannot be rebuilt: they are
         dropped, the topic then scores by its own centroid. ``progress`` gets a
         ``ReembedProgress`` after every batch. Run it while no other process writes."""
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValidationError("batch_size must be a positive integer")
+        v.integer(batch_size, "batch_size", 1)
         only = None if user_id is None else v.user_id(user_id)
         t0 = time.perf_counter()
         spec = self.embedder.spec

@@ -10,12 +10,44 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+#: Text is encoded in pieces of at most this many characters: the encoder refuses inputs of
+#: 1,000,000 characters or 200,000 tokens (and one character can be several tokens). Pieces
+#: end at whitespace where there is some, so a long text counts as it would whole, within a
+#: token or two per piece.
+_PIECE = 40_000
+
 
 @functools.lru_cache(maxsize=4)
 def _encoding(name: str) -> Any:
     import bpe_openai
 
     return bpe_openai.get_encoding(name)
+
+
+def _pieces(text: str) -> list[str]:
+    if len(text) <= _PIECE:
+        return [text]
+    out = []
+    start = 0
+    while start < len(text):
+        end = min(start + _PIECE, len(text))
+        if end < len(text):
+            cut = text.rfind(" ", start + _PIECE // 2, end)
+            end = cut if cut > start else end
+        out.append(text[start:end])
+        start = end
+    return out
+
+
+def _encode(name: str, text: str) -> list[int]:
+    # encode_ordinary: stored text is data, so "<|endoftext|>" in a message is counted as
+    # the characters it is (encode() refuses it, which made one such message break every
+    # recall of its user).
+    enc = _encoding(name)
+    ids: list[int] = []
+    for piece in _pieces(text):
+        ids.extend(enc.encode_ordinary(piece))
+    return ids
 
 
 class TokenCounter:
@@ -27,17 +59,16 @@ class TokenCounter:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return len(_encoding(self.encoding).encode(text))
+        return len(_encode(self.encoding, text))
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest prefix of ``text`` (cut at a token boundary) within ``max_tokens``."""
         if max_tokens <= 0:
             return ""
-        enc = _encoding(self.encoding)
-        ids = enc.encode(text)
+        ids = _encode(self.encoding, text)
         if len(ids) <= max_tokens:
             return text
-        cut = enc.decode(ids[:max_tokens])
+        cut = _encoding(self.encoding).decode(ids[:max_tokens])
         # A cut inside a multi-byte character decodes to U+FFFD; drop it.
         return cut.rstrip("\ufffd")
 

@@ -1,32 +1,88 @@
-"""Input validation for the public API: every check runs before anything is stored."""
+"""Input validation for the public API: every check runs before anything is stored.
+
+This is the one validation layer: every door (Python, async, HTTP, MCP, CLI, integrations)
+reaches the memory through ``Memory``, whose methods run these checks first. What passes here
+can be stored, read back, embedded, indexed, counted and rendered by every store; what does
+not raises ``ValidationError`` with a message that says which bound it broke. The bounds and
+what happens past each are listed in docs/robustness.md ("Bounds").
+
+- Strings (ids, names, texts, metadata keys and values) must be valid Unicode: a lone
+  surrogate cannot be encoded as UTF-8, so no store, embedder or JSON encoder can take it.
+- JSON values (metadata, message fields) hold JSON-safe numbers only: NaN and Infinity are
+  not JSON (SQLite's JSON functions and PostgreSQL reject them on read or write).
+- Times lie between ``MIN_TIME`` and ``MAX_TIME`` in UTC: year 1 to 9999 with two days of
+  room at either end, so converting to any timezone and day arithmetic cannot overflow.
+- Sizes: message count, text per message and per exchange, stored bytes of messages and
+  metadata, nesting depth (``config.Limits``).
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from .config import Limits
 from .errors import ValidationError
 from .retrieve.render import message_text
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 MAX_ID = 256
 MAX_NAME = 64
+#: The largest sequence number or count a store can hold (SQLite and PostgreSQL BIGINT).
+MAX_INT = 2**63 - 1
+MIN_TIME = datetime(1, 1, 3, tzinfo=timezone.utc)
+MAX_TIME = datetime(9999, 12, 29, 23, 59, 59, 999999, tzinfo=timezone.utc)
+#: Metadata key the organiser keeps its marks under (store/base.py ``MARKS_KEY``); callers
+#: may not set it (a forged mark would render as "(superseded)" and steer recall).
+RESERVED_KEY = "_arbormem"
+# Characters that end a line for str.splitlines() (and for a reader of the rendered context).
+_LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 
 
-def user_id(value: object) -> str:
+def _unicode(value: str, what: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates cannot be stored as UTF-8
+        raise ValidationError(f"{what} is not valid Unicode text: {exc.reason}") from None
+
+
+def _ident(value: object, what: str, *, required: bool) -> str | None:
+    if value is None and not required:
+        return None
     if not isinstance(value, str):
-        raise ValidationError(f"user_id must be a string, got {type(value).__name__}")
-    if not value.strip() or len(value) > MAX_ID or "\x00" in value:
-        raise ValidationError("user_id must be a non-empty string of at most 256 characters")
+        raise ValidationError(f"{what} must be a string, got {type(value).__name__}")
+    if (required and not value.strip()) or len(value) > MAX_ID or "\x00" in value:
+        raise ValidationError(f"{what} must be a{' non-empty' if required else ''} string of at most "
+                              f"{MAX_ID} characters without NUL")
+    _unicode(value, what)
     return value
 
 
+def user_id(value: object) -> str:
+    out = _ident(value, "user_id", required=True)
+    assert out is not None
+    return out
+
+
 def session_id(value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > MAX_ID or "\x00" in value:
-        raise ValidationError("session_id must be a string of at most 256 characters or None")
+    return _ident(value, "session_id", required=False)
+
+
+def item_id(value: object, what: str) -> str:
+    """An exchange, topic or change id given by a caller (looked up, never stored)."""
+    out = _ident(value, what, required=True)
+    assert out is not None
+    return out
+
+
+def integer(value: object, what: str, low: int = 0, high: int = MAX_INT) -> int:
+    """An ``int`` (not a bool: ``True`` is not a count) within ``low..high``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValidationError(f"{what} must be an integer between {low} and {high}")
     return value
 
 
@@ -39,71 +95,156 @@ def text(value: object, what: str, limit: int) -> str:
         raise ValidationError(f"{what} is {len(value)} characters; the limit is {limit}")
     if "\x00" in value:
         raise ValidationError(f"{what} contains a NUL character")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:  # lone surrogates cannot be stored as UTF-8
-        raise ValidationError(f"{what} is not valid Unicode text: {exc.reason}") from exc
+    _unicode(value, what)
     return value
 
 
 def when(value: object) -> datetime:
-    """A timezone-aware datetime from a datetime, ISO string or None (= now, UTC)."""
+    """A timezone-aware datetime from a datetime, ISO string or None (= now, UTC), between
+    ``MIN_TIME`` and ``MAX_TIME``. A naive time is taken as UTC."""
     if value is None:
         return datetime.now(timezone.utc)
     if isinstance(value, str):
+        raw = value
         try:
-            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
         except ValueError as exc:
-            raise ValidationError(f"not an ISO 8601 time: {value!r}") from exc
+            raise ValidationError(f"not an ISO 8601 time: {raw[:64]!r}") from exc
     if not isinstance(value, datetime):
         raise ValidationError(f"time must be a datetime or ISO string, got {type(value).__name__}")
-    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+    try:
+        if value.tzinfo is None or value.utcoffset() is None:
+            value = value.replace(tzinfo=timezone.utc)
+        utc = value.astimezone(timezone.utc)
+        # A fixed offset: what every store gives back, and no tzinfo code runs on reads.
+        value = value.replace(tzinfo=timezone(value.utcoffset()))  # type: ignore[arg-type]
+    except (OverflowError, ValueError, TypeError, ArithmeticError) as exc:
+        raise ValidationError(f"time {_shown(value)} cannot be converted to UTC: {exc}") from None
+    if not MIN_TIME <= utc <= MAX_TIME:
+        raise ValidationError(f"time {value.isoformat()} is out of range: between "
+                              f"{MIN_TIME.date()} and {MAX_TIME.date()} (UTC)")
+    return value
 
 
-def metadata(value: object) -> dict[str, Any]:
+def _shown(value: datetime) -> str:
+    try:
+        return value.isoformat()
+    except Exception:  # a tzinfo whose utcoffset() fails
+        return value.replace(tzinfo=None).isoformat() + " (with an unusable timezone)"
+
+
+def _walk(value: object, what: str, max_depth: int) -> None:
+    """Check a JSON value without recursion (a deep value must not exhaust the stack): types,
+    finite numbers, valid Unicode strings and keys, nesting at most ``max_depth``."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if item is None or isinstance(item, (bool, int)):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValidationError(f"{what} holds {item!r}; only finite numbers are JSON")
+        elif isinstance(item, str):
+            _unicode(item, what)
+        elif isinstance(item, (list, tuple, Mapping)):
+            if depth >= max_depth:
+                raise ValidationError(f"{what} is nested more than {max_depth} levels deep")
+            if isinstance(item, Mapping):
+                for k in item:
+                    if not isinstance(k, str):
+                        raise ValidationError(f"{what} has a key of type {type(k).__name__}; "
+                                              "JSON keys are strings")
+                    _unicode(k, what)
+                stack.extend((x, depth + 1) for x in item.values())
+            else:
+                stack.extend((x, depth + 1) for x in item)
+        else:
+            raise ValidationError(f"{what} holds a {type(item).__name__}, which is not JSON")
+
+
+def json_value(value: object, what: str, max_bytes: int, max_depth: int) -> tuple[Any, int]:
+    """A JSON-safe copy of ``value`` (what a store will hand back) and its stored size."""
+    _walk(value, what, max_depth)
+    try:
+        raw = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValidationError(f"{what} must be JSON-serialisable: {exc}") from None
+    size = len(raw.encode("utf-8"))
+    if size > max_bytes:
+        raise ValidationError(f"{what} is {size} bytes as JSON; the limit is {max_bytes}")
+    return json.loads(raw), size
+
+
+def metadata(value: object, limits: Limits | None = None) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise ValidationError(f"metadata must be a mapping, got {type(value).__name__}")
-    import json
-
-    try:
-        return json.loads(json.dumps(dict(value)))
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(f"metadata must be JSON-serialisable: {exc}") from exc
+    lim = limits or Limits()
+    if RESERVED_KEY in value:
+        raise ValidationError(f"metadata key {RESERVED_KEY!r} is reserved for arbormem's own marks")
+    out, _ = json_value(dict(value), "metadata", lim.max_metadata_bytes, lim.max_json_depth)
+    return out
 
 
 def name(value: object, what: str) -> str | None:
-    """An OpenAI-style participant ``name``: one line of at most 64 characters, or None."""
+    """An OpenAI-style participant ``name``: one line of at most 64 characters, without control
+    characters or ':' (the speaker separator of the rendered context), and not a role name
+    (a message named "assistant" would read as the assistant's line). None when absent."""
     if value is None:
         return None
     if not isinstance(value, str):
         raise ValidationError(f"{what} must be a string, got {type(value).__name__}")
-    if not value.strip() or len(value) > MAX_NAME or any(c in value for c in "\n\r\x00"):
-        raise ValidationError(f"{what} must be one non-empty line of at most {MAX_NAME} characters")
-    return value.strip()
+    _unicode(value, what)
+    stripped = value.strip()
+    if (not stripped or len(value) > MAX_NAME or ":" in value
+            or any(c in _LINE_BREAKS or unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in value)):
+        raise ValidationError(f"{what} must be one non-empty line of at most {MAX_NAME} characters, "
+                              "without control characters or ':'")
+    if stripped.casefold() in ROLES:
+        raise ValidationError(f"{what} {stripped!r} is a role name; a participant name must differ")
+    return stripped
 
 
-def messages(value: object, limit: int) -> tuple[list[dict[str, Any]], str, str]:
-    """Validate OpenAI-format messages; return (messages, user_text, assistant_text)."""
+def messages(value: object, limit: int, limits: Limits | None = None) -> tuple[list[dict[str, Any]], str, str]:
+    """Validate OpenAI-format messages; return (messages, user_text, assistant_text).
+
+    ``limit`` bounds one message's text; ``limits`` the count, the total text, the stored bytes
+    and the nesting of the whole exchange."""
+    lim = limits or Limits()
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
         raise ValidationError("messages must be a non-empty list of {'role', 'content'} dicts")
+    if len(value) > lim.max_messages:
+        raise ValidationError(f"an exchange has {len(value)} messages; the limit is {lim.max_messages}")
     out: list[dict[str, Any]] = []
     users: list[str] = []
     assistants: list[str] = []
+    chars = 0
+    size = 0
     for i, msg in enumerate(value):
         if not isinstance(msg, Mapping):
             raise ValidationError(f"messages[{i}] must be a dict, got {type(msg).__name__}")
         role = msg.get("role")
-        if role not in ROLES:
-            raise ValidationError(f"messages[{i}] has unknown role {role!r}; use one of {sorted(ROLES)}")
+        if not isinstance(role, str) or role not in ROLES:
+            shown = role if isinstance(role, str) and len(role) <= 32 else type(role).__name__
+            raise ValidationError(f"messages[{i}] has unknown role {shown!r}; use one of {sorted(ROLES)}")
         content = msg.get("content")
         if content is not None and not isinstance(content, (str, list)):
             raise ValidationError(f"messages[{i}].content must be a string or a list of parts")
+        # Types, finite numbers, Unicode and depth first: message_text reads the parts.
+        stored, n = json_value(dict(msg), f"messages[{i}]", lim.max_exchange_bytes, lim.max_json_depth)
+        size += n
+        if size > lim.max_exchange_bytes:
+            raise ValidationError(f"the messages are more than {lim.max_exchange_bytes} bytes as JSON; "
+                                  "that is the limit for one exchange")
         body = message_text(msg)
         speaker = name(msg.get("name"), f"messages[{i}].name")
         if body:
             text(body, f"messages[{i}].content", limit)
+            chars += len(body)
+            if chars > lim.max_exchange_chars:
+                raise ValidationError(f"the messages hold more than {lim.max_exchange_chars} characters of "
+                                      "text; that is the limit for one exchange")
             if speaker:
                 # The participant's name is part of what is indexed ("Maria: ..."), so a question
                 # that names a person finds that person's own messages.
@@ -112,7 +253,7 @@ def messages(value: object, limit: int) -> tuple[list[dict[str, Any]], str, str]
             users.append(body)
         elif role == "assistant":
             assistants.append(body)
-        out.append(metadata(msg))
+        out.append(stored)
     user_text = "\n".join(u for u in users if u)
     if not user_text.strip():
         raise ValidationError("an exchange needs a user message with non-empty content")

@@ -52,6 +52,38 @@ def test_delete_user_leaves_no_bytes_behind(tmp_path: Path) -> None:
         conn.close()
 
 
+def _files(db: Path) -> bytes:
+    """The database file and its WAL as they are on disk, read while the memory is open."""
+    return b"".join(p.read_bytes() for p in (db, db.with_name(db.name + "-wal")) if p.exists())
+
+
+def test_deleted_text_leaves_an_open_memory(tmp_path: Path) -> None:
+    """Issue 19: without VACUUM, and with the memory still open, neither the database file nor
+    its WAL holds a byte of a deleted user's text (before: 4,571 copies of the marker) or of a
+    deleted exchange; another user's marker is there (the scan sees text)."""
+    db = tmp_path / "m.db"
+    with open_memory(db) as m:
+        _fill(m, "alice", "zebracornalice", 60)
+        _fill(m, "bob", "zebracornbob", 20)
+        m.consolidate("alice")
+        m.recall("zebracornalice bread", user_id="alice")
+        victim = m.add(turn("bike repair secretmarkerbob question", "secretmarkerbob reply"),
+                       user_id="bob", session_id="s")
+        m.add(turn("bike repair follow up", "more"), user_id="bob", session_id="s")
+        assert b"zebracornalice" in _files(db)
+        # Also on SQLite builds whose default is off (the file after close kept the text).
+        assert m.store._conn.execute("PRAGMA secure_delete").fetchone()[0] == 1
+        assert m.delete_user("alice") == 60
+        m.delete(victim.id)
+        raw = _files(db)
+        assert b"zebracornbob" in raw
+        assert raw.count(b"zebracornalice") == 0
+        assert raw.count(b"secretmarkerbob") == 0
+        # The memory goes on working after the purge.
+        m.add(turn("bread baking again", "ok"), user_id="bob", session_id="s")
+        assert m.recall("bread", user_id="bob").exchanges
+
+
 def test_delete_exchange_leaves_no_bytes_behind(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     with open_memory(db) as m:
@@ -128,3 +160,33 @@ def test_no_public_read_returns_another_users_data(tmp_path: Path) -> None:
             with pytest.raises(NotFoundError):
                 call()
         assert m.stats(user_id="alice").completed == 12
+
+
+def test_postgres_deletion_leaves_no_row_with_the_text(pg_database: str) -> None:
+    """PostgreSQL: after delete_user and delete, no row of any arbormem table holds the deleted
+    words (the term statistics dropped their zero counts too); another user's words remain.
+    Dead tuples are PostgreSQL's own to reclaim (VACUUM), see docs/robustness.md."""
+    import psycopg
+
+    from arbormem import Memory
+
+    with Memory(database_url=pg_database, embedder="hash") as m:
+        _fill(m, "alice", "zebracornalice", 12)
+        _fill(m, "bob", "zebracornbob", 12)
+        victim = m.add(turn("bike repair secretmarkerbob question", "secretmarkerbob reply"),
+                       user_id="bob", session_id="s")
+        m.add(turn("bike repair follow up", "more"), user_id="bob", session_id="s")
+        m.delete_user("alice")
+        m.delete(victim.id)
+    with psycopg.connect(pg_database) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE tablename LIKE 'arbormem%'")]
+        found: dict[str, int] = {}
+        for marker in ("zebracornalice", "secretmarkerbob", "zebracornbob"):
+            found[marker] = sum(conn.execute(
+                f"SELECT count(*) FROM {t} x WHERE x::text LIKE %s", (f"%{marker}%",)).fetchone()[0]
+                for t in tables)
+        zero = conn.execute("SELECT count(*) FROM arbormem_term_df WHERE df <= 0").fetchone()[0]
+    assert found["zebracornbob"] > 0
+    assert found["zebracornalice"] == 0 and found["secretmarkerbob"] == 0
+    assert zero == 0

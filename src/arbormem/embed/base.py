@@ -61,10 +61,16 @@ def check_vectors(raw: object, n: int, dim: int, name: str = "embedder") -> np.n
         raise EmbeddingError(f"{name}: expected shape ({n}, {dim}), got {arr.shape}")
     if not np.isfinite(arr).all():
         raise EmbeddingError(f"{name}: output contains NaN or inf")
-    norms = np.linalg.norm(arr, axis=1, keepdims=True)
-    if (norms == 0).any():
+    # Normalised in float64: squaring float32 values of 1e20 overflows to inf, and dividing by
+    # an infinite norm stored an all-zero vector.
+    wide = arr.astype(np.float64)
+    norms = np.linalg.norm(wide, axis=1, keepdims=True)
+    if not (np.isfinite(norms).all() and (norms > 0).all()):
         raise EmbeddingError(f"{name}: output contains a zero vector")
-    return (arr / norms).astype(np.float32)
+    unit = (wide / norms).astype(np.float32)
+    if not (unit.any(axis=1).all() and np.isfinite(unit).all()):
+        raise EmbeddingError(f"{name}: output contains a vector that is zero in float32")
+    return unit
 
 
 class CallableEmbedder(Embedder):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -80,3 +80,19 @@ class BrokenEmbedder(Embedder):
         if self.mode == "zero":
             return np.zeros((n, self._dim), dtype=np.float32)
         raise RuntimeError("embedder backend exploded")
+
+
+class FlakyEmbedder(HashEmbedder):
+    """The hash embedder (same vectors, same recorded model) failing on chosen calls: an
+    embedding server that goes down in the middle of a bulk import. ``fail_on`` holds the
+    1-based numbers of the ``embed_batch`` calls that raise."""
+
+    def __init__(self, fail_on: Iterable[int] = (3,), dim: int = 256) -> None:
+        super().__init__(dim)
+        self.fail_on = frozenset(fail_on)
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        if self.calls + 1 in self.fail_on:
+            self.calls += 1
+            raise RuntimeError(f"embedding server unavailable (call {self.calls})")
+        return super().embed_batch(texts)

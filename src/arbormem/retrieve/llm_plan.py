@@ -75,9 +75,12 @@ def plan_recall(
     rng = None
     if plan.time_range is not None:
         tz = ref.tzinfo or timezone.utc
-        start = datetime.combine(plan.time_range.start, time.min, tzinfo=tz)
-        end = datetime.combine(plan.time_range.end, time.min, tzinfo=tz) + timedelta(days=1)
-        rng = (start, end)
+        try:
+            start = datetime.combine(plan.time_range.start, time.min, tzinfo=tz)
+            end = datetime.combine(plan.time_range.end, time.min, tzinfo=tz) + timedelta(days=1)
+            rng = (start, end)
+        except (OverflowError, ValueError):  # a range ending on 9999-12-31: no window
+            rng = None
     return RecallPlan(
         semantic_query=plan.semantic_query, intent=plan.intent, time_range=rng,
         needs_memory=plan.needs_memory, topic_ids=tuple(plan.topic_ids),

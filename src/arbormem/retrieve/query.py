@@ -44,61 +44,76 @@ def _month_range(year: int, month: int, tz) -> tuple[datetime, datetime]:  # typ
 
 
 def analyse(query: str, now: datetime | None) -> QueryAnalysis:
-    """Content terms and a time window for ``query`` (relative to ``now``)."""
+    """Content terms and a time window for ``query`` (relative to ``now``). Never raises: a
+    date that ``datetime`` cannot hold ("5000 years ago", "31 December 9999", a window
+    reaching past year 9999) gives no window, and the query is ranked without one."""
     low = query.lower()
-    words = re.findall(r"[\w']+", low)
     rng: tuple[datetime, datetime] | None = None
     notes: list[str] = []
     day = None
     if now is not None:
-        tz = now.tzinfo
-        day0 = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        year_m = re.search(r"\b(19|20)(\d\d)\b", low)
-        year = int(year_m.group(0)) if year_m else None
-        day = _full_date(low, year, now)
-        if day is not None:
-            # A dated mention ("as mentioned on 3 June, 2023", "the weekend before April 10,
-            # 2023") is about that day or the days just before it: a week up to the day.
-            d = datetime(day[0], day[1], day[2], tzinfo=tz)
-            rng = (d - timedelta(days=7), d + timedelta(days=1))
-            notes.append(f"day {d.date().isoformat()}")
-        for i, w in enumerate(words):
-            if rng is not None:
-                break
-            if w in MONTHS and not (w == "may" and not _may_is_month(words, i)):
-                month = MONTHS[w]
-                y = year or (now.year if month <= now.month else now.year - 1)
-                rng = _month_range(y, month, tz)
-                notes.append(f"month {y}-{month:02d}")
-                break
-        if rng is None and year is not None:
-            rng = (datetime(year, 1, 1, tzinfo=tz), datetime(year + 1, 1, 1, tzinfo=tz))
-            notes.append(f"year {year}")
-        if rng is None:
-            if "yesterday" in words:
-                rng = (day0 - timedelta(days=1), day0)
-            elif "today" in words:
-                rng = (day0, day0 + timedelta(days=1))
-            m = re.search(r"\blast (week|month|year)\b", low)
-            if m:
-                span = _UNITS[m.group(1)]
-                rng = (day0 - timedelta(days=2 * span), day0)
-            m = re.search(r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|few|couple|several)"
-                          r"(?: of)? (day|week|month|year)s? ago\b", low)
-            if m:
-                n = int(m.group(1)) if m.group(1).isdigit() else _NUM_WORDS[m.group(1)]
-                center = day0 - timedelta(days=n * _UNITS[m.group(2)])
-                half = timedelta(days=max(1, _UNITS[m.group(2)] * n // 3))
-                rng = (center - half, center + half)
-            m = re.search(r"\blast (monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", low)
-            if m:
-                back = (day0.weekday() - WEEKDAYS[m.group(1)]) % 7 or 7
-                d = day0 - timedelta(days=back)
-                rng = (d, d + timedelta(days=1))
-            if rng is not None:
-                notes.append("relative time")
+        try:
+            rng, day, notes = _window(low, now)
+        except (OverflowError, ValueError, ArithmeticError):
+            rng, day, notes = None, None, []
     return QueryAnalysis(text=query, terms=tuple(terms(query)), time_range=rng,
                          names_day=day is not None, notes=tuple(notes))
+
+
+def _window(low: str, now: datetime) -> tuple[tuple[datetime, datetime] | None, tuple[int, int, int] | None,
+                                               list[str]]:
+    """The time window of a lower-cased query, the day it names (if any) and trace notes;
+    raises OverflowError/ValueError when a date falls outside what ``datetime`` holds."""
+    words = re.findall(r"[\w']+", low)
+    rng: tuple[datetime, datetime] | None = None
+    notes: list[str] = []
+    tz = now.tzinfo
+    day0 = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    year_m = re.search(r"\b(19|20)(\d\d)\b", low)
+    year = int(year_m.group(0)) if year_m else None
+    day = _full_date(low, year, now)
+    if day is not None:
+        # A dated mention ("as mentioned on 3 June, 2023", "the weekend before April 10,
+        # 2023") is about that day or the days just before it: a week up to the day.
+        d = datetime(day[0], day[1], day[2], tzinfo=tz)
+        rng = (d - timedelta(days=7), d + timedelta(days=1))
+        notes.append(f"day {d.date().isoformat()}")
+    for i, w in enumerate(words):
+        if rng is not None:
+            break
+        if w in MONTHS and not (w == "may" and not _may_is_month(words, i)):
+            month = MONTHS[w]
+            y = year or (now.year if month <= now.month else now.year - 1)
+            rng = _month_range(y, month, tz)
+            notes.append(f"month {y}-{month:02d}")
+            break
+    if rng is None and year is not None:
+        rng = (datetime(year, 1, 1, tzinfo=tz), datetime(year + 1, 1, 1, tzinfo=tz))
+        notes.append(f"year {year}")
+    if rng is None:
+        if "yesterday" in words:
+            rng = (day0 - timedelta(days=1), day0)
+        elif "today" in words:
+            rng = (day0, day0 + timedelta(days=1))
+        m = re.search(r"\blast (week|month|year)\b", low)
+        if m:
+            span = _UNITS[m.group(1)]
+            rng = (day0 - timedelta(days=2 * span), day0)
+        m = re.search(r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|few|couple|several)"
+                      r"(?: of)? (day|week|month|year)s? ago\b", low)
+        if m:
+            n = int(m.group(1)) if m.group(1).isdigit() else _NUM_WORDS[m.group(1)]
+            center = day0 - timedelta(days=n * _UNITS[m.group(2)])
+            half = timedelta(days=max(1, _UNITS[m.group(2)] * n // 3))
+            rng = (center - half, center + half)
+        m = re.search(r"\blast (monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", low)
+        if m:
+            back = (day0.weekday() - WEEKDAYS[m.group(1)]) % 7 or 7
+            d = day0 - timedelta(days=back)
+            rng = (d, d + timedelta(days=1))
+        if rng is not None:
+            notes.append("relative time")
+    return rng, day, notes
 
 
 _MONTH_RE = "|".join(sorted(MONTHS, key=len, reverse=True))

@@ -978,6 +978,17 @@ class PostgresStore(Store):
                 conn.execute(f"DELETE FROM {table} WHERE user_id = %s", (user_id,))
         return int(n)
 
+    def purge_deleted_text(self) -> None:
+        # A term no exchange of the user uses any more (df 0) is a word of the deleted text.
+        # (Deleted tuples stay in the table files until VACUUM reclaims them and in WAL until it
+        # is recycled: PostgreSQL has no secure delete; docs/robustness.md.)
+        tx = self._tx.get()
+        if tx is None:
+            return
+        with self._conn() as conn:
+            conn.execute("DELETE FROM arbormem_term_df WHERE user_id = ANY(%s) AND df <= 0",
+                         (sorted(tx.users),))
+
     def log_change(self, user_id: str, action: str, target_id: str, detail: dict[str, Any]) -> str:
         change_id = "c_" + uuid.uuid4().hex
         with self._conn() as conn:

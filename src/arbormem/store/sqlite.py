@@ -144,6 +144,9 @@ class SQLiteStore(Store):
             self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
         )
         conn.execute("PRAGMA foreign_keys = ON")
+        # Deleted rows are overwritten with zeros, not just unlinked: deleted text must leave
+        # the file (builds differ in their default).
+        conn.execute("PRAGMA secure_delete = ON")
         if not self.memory:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
@@ -245,8 +248,11 @@ class SQLiteStore(Store):
                     conn.execute("ROLLBACK")
                     self._forget_touched()
                     raise StoreError(f"commit failed: {exc}") from exc
+                if getattr(self._local, "purge_wal", False):
+                    self._truncate_wal(conn)
             finally:
                 self._local.touched = None
+                self._local.purge_wal = False
         finally:
             if self.memory:
                 self._mem_lock.release()
@@ -822,6 +828,23 @@ class SQLiteStore(Store):
                 AnnIndex.discard(self._ann_path(user_id, kind)[0])
         return n
 
+    def _truncate_wal(self, conn: sqlite3.Connection) -> None:
+        """Copy the WAL into the database and empty it. The WAL keeps every page version a
+        transaction wrote until a checkpoint resets it, so the text of deleted rows stayed in
+        it, readable, for as long as the memory was open (issue 19). TRUNCATE waits (up to
+        ``busy_timeout``) for readers of older snapshots; if one still holds on, the frames stay
+        until the next checkpoint, and the database file itself is clean either way."""
+        if self.memory:
+            return
+        try:
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            log.warning("WAL checkpoint after a deletion failed: %s", exc)
+            return
+        if busy:
+            log.warning("WAL checkpoint after a deletion was blocked by a reader; deleted text "
+                        "stays in %s-wal until the next checkpoint", self.path)
+
     def purge_deleted_text(self) -> None:
         # FTS5 marks a deleted row in a new segment and keeps its tokens in the old ones until
         # segments merge, so deleted text stays readable in the file (found by scanning it:
@@ -832,6 +855,9 @@ class SQLiteStore(Store):
             self._exec(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
         # A term no exchange uses any more (df 0) is a word of the deleted text: drop it.
         self._exec("DELETE FROM term_df WHERE df <= 0")
+        # Deleted rows are zeroed in their pages (secure_delete); the WAL still holds the old
+        # page versions until it is checkpointed and emptied, after this transaction commits.
+        self._local.purge_wal = True
 
     def log_change(self, user_id: str, action: str, target_id: str, detail: dict[str, Any]) -> str:
         change_id = "c_" + uuid.uuid4().hex
