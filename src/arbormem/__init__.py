@@ -15,6 +15,7 @@ from .embed import CallableEmbedder, Embedder
 from .errors import (
     ArbormemError,
     ConfigError,
+    ConfirmationRequired,
     EmbeddingError,
     ImportFormatError,
     LLMError,
@@ -25,7 +26,7 @@ from .errors import (
     ValidationError,
 )
 from .memory import Memory
-from .models import Exchange, Hit, Recall, RecallTrace, Stats, Topic
+from .models import Exchange, ForgetReport, Hit, Recall, RecallTrace, Stats, Topic
 
 __version__ = "0.1.0"
 
@@ -41,11 +42,13 @@ __all__ = [
     "Recall",
     "RecallTrace",
     "Stats",
+    "ForgetReport",
     "ArbormemError",
     "ValidationError",
     "ImportFormatError",
     "NotFoundError",
     "StateError",
+    "ConfirmationRequired",
     "StoreError",
     "MigrationError",
     "EmbeddingError",

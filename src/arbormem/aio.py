@@ -100,6 +100,7 @@ class AsyncMemory:
         stats = _as_async(Memory.stats)
         read = _as_async(Memory.read)
         delete = _as_async(Memory.delete)
+        forget_topic = _as_async(Memory.forget_topic)
         delete_user = _as_async(Memory.delete_user)
         organize = _as_async(Memory.organize)
         consolidate = _as_async(Memory.consolidate)

@@ -274,6 +274,34 @@ def stats(db: str | None, user_id: str, as_json: bool) -> None:
             click.echo(f"{key:18} {value}")
 
 
+@main.command(help="Forget a topic or theme: delete every exchange filed under it. Without --yes "
+                   "only previews exactly which exchanges and topics would go.")
+@db_option
+@user_option
+@click.option("--topic", "topic_id", required=True, help="Topic or theme id (shown by `arbormem tree --json`).")
+@click.option("--yes", is_flag=True, help="Delete them (a theme of several topics included).")
+@json_option
+@_errors
+def forget(db: str | None, user_id: str, topic_id: str, yes: bool, as_json: bool) -> None:
+    if db is not None and db != ":memory:" and not Path(db).exists():
+        raise ValidationError(f"no SQLite memory at {db}")
+    with _memory(db, "hash") as mem:  # deleting needs no embedding model
+        r = mem.forget_topic(topic_id, user_id=user_id, dry_run=True)
+        heads = [mem.get(x) for x in r.exchange_ids]  # read before they go
+        if yes:  # exactly what was previewed, or refused if the topic changed meanwhile
+            r = mem.forget_topic(topic_id, user_id=user_id, confirm=True, expect_exchanges=r.exchange_count)
+    if as_json:
+        _print_json(r.to_dict())
+        return
+    what = f"{r.kind} {' › '.join(r.path) or r.title or '(untitled)'} ({r.topic_id})"
+    counts = f"{r.exchange_count} exchanges in {r.topic_count} topic{'s' if r.topic_count != 1 else ''}"
+    click.echo(f"{'forgot' if r.applied else 'would forget'} {what}: {counts}")
+    for ex in heads:
+        click.echo(f"  #{ex.seq}  {ex.id}  {ex.user_text[:80]!r}")
+    if not r.applied:
+        click.echo("run again with --yes to delete them")
+
+
 @main.command(help="Re-embed a memory's exchanges and topics with another embedder (resumable).")
 @click.argument("db", required=False)
 @click.option("--embedder", required=True,
@@ -323,6 +351,29 @@ def reembed(db: str | None, embedder: str, user_id: str | None, batch_size: int,
         click.echo(f"{len(r.pending)} user(s) still to re-embed ({', '.join(r.pending[:5])}"
                    f"{', ...' if len(r.pending) > 5 else ''}): the memory keeps {r.previous} and refuses "
                    "reads and writes until they are done")
+
+
+@main.command("rebuild-tree", help="Rebuild the topic tree from the transcript (after an upgrade).")
+@click.argument("db", required=False)
+@click.option("--user", "user_id", default=None, help="Only this user (default: every user).")
+@click.option("--database-url", default=None, help="A PostgreSQL memory (postgresql://...) instead of DB.")
+@json_option
+@_errors
+def rebuild_tree(db: str | None, user_id: str | None, database_url: str | None, as_json: bool) -> None:
+    """Drop every topic of the memory at DB (or --database-url) and place each stored exchange
+    again with the current placement, one transaction per user. The transcript and its
+    vectors are kept; consolidation's merges and links go with the old topics."""
+    if (db is None) == (database_url is None):
+        raise ValidationError("give the SQLite memory file DB or --database-url (one of them)")
+    if db is not None and not Path(db).is_file():
+        raise ValidationError(f"no SQLite memory at {db}")
+    with _memory(db, database_url=database_url) as mem:
+        out = mem.rebuild_tree(user_id)
+    if as_json:
+        _print_json(out)
+        return
+    for uid, n in out.items():
+        click.echo(f"{uid}: {n} topics")
 
 
 def _register_optional() -> None:

@@ -34,19 +34,27 @@ class LLMSettings(BaseModel):
 class TreeSettings(BaseModel):
     """Placement of exchanges in the topic tree (see docs/architecture.md, "Placement")."""
 
+    # A theme with more children than this gets sub-themes (its children grouped by
+    # similarity); the top level is grouped only past ``root_children``.
     max_children: int = Field(default=8, ge=3, le=64)
-    # Continue the open topic when the exchange is at least this similar to its centroid
-    # (cosine, MiniLM). Calibrated with scripts/calibrate_thresholds.py on LoCoMo dialogue:
-    # adjacent same-session exchanges p10 = 0.45 (vs the centroid of the previous three:
-    # p10 = 0.49), random pairs from different conversations p90 = 0.45; 0.45 keeps ~90% of
-    # natural continuations together and starts a new topic for ~90% of unrelated turns.
-    continue_threshold: float = 0.45
-    # A new topic joins the closest bottom-level theme when at least this similar to its
-    # centroid; otherwise it starts a new sibling theme (a new branch). Same calibration.
-    branch_threshold: float = 0.45
-    # A gap this long between exchanges (or a new session id) always starts a new topic.
+    root_children: int = Field(default=32, ge=3, le=4096)
+    # Segmentation (organize/tree.py, docs/tree.md): the open topic's newest exchange and the
+    # next one stay in the topic when their average link (mean cosine, MiniLM) to the rest of
+    # it is at least this; otherwise a new topic starts at the newest exchange.
+    continue_threshold: float = 0.15
+    continue_relative: float = 0.0
+    # Judge the newest exchange together with the next one (one exchange of lag).
+    lookahead: bool = False
+    # A new run rejoins an earlier topic (same thread) at this average link ...
+    thread_threshold: float = 0.50
+    # ... and joins the theme it relates to (or forms one with a lone related topic) at this.
+    theme_threshold: float = 0.25
+    # Nearest topics (by centroid) considered when homing a run.
+    home_candidates: int = Field(default=24, ge=1, le=1000)
+    # A gap this long between exchanges (or a new session id) always closes the open topic
+    # (the next run may still go home to it as the same thread).
     session_gap_hours: float = 3.0
-    # A topic is cut once it grows past this many exchanges, so packets stay small.
+    # A topic stops growing at this many exchanges, so packets stay small.
     max_topic_size: int = 24
 
 

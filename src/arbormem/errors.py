@@ -9,7 +9,9 @@ HTTP layer to status codes (see ``code`` / ``http_status``).
     │   └── ImportFormatError    a malformed import file (carries the line number)
     ├── NotFoundError            unknown exchange / topic / change id
     ├── StateError               an operation not allowed in the object's current state
-    │                            (completing a failed exchange, undoing twice, ...)
+    │   │                        (completing a failed exchange, undoing twice, ...)
+    │   └── ConfirmationRequired forgetting a theme (several topics) without confirm=True;
+    │                            carries the preview (``report``: what would go)
     ├── StoreError               the storage backend failed or is busy past the retry budget
     │   └── MigrationError       the database schema is newer than this library
     ├── EmbeddingError           the embedder failed or returned unusable vectors
@@ -19,6 +21,11 @@ HTTP layer to status codes (see ``code`` / ``http_status``).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .models import ForgetReport
 
 
 class ArbormemError(Exception):
@@ -62,6 +69,21 @@ class StateError(ArbormemError):
     http_status = 409
 
 
+class ConfirmationRequired(StateError):
+    """Forgetting a theme (a node holding more than one topic) needs an explicit confirmation.
+
+    ``report`` is the preview (a ``ForgetReport`` with ``applied=False``): exactly which
+    exchanges and topics would go. Nothing was deleted.
+    """
+
+    code = "confirmation_required"
+    http_status = 409
+
+    def __init__(self, message: str, report: ForgetReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
 class StoreError(ArbormemError):
     """The storage backend failed, or stayed locked past the retry budget."""
 
@@ -103,6 +125,7 @@ __all__ = [
     "ImportFormatError",
     "NotFoundError",
     "StateError",
+    "ConfirmationRequired",
     "StoreError",
     "MigrationError",
     "EmbeddingError",

@@ -24,9 +24,18 @@ import numpy as np
 from . import validate as v
 from .config import Settings
 from .embed import Embedder, check_vectors, make_embedder
-from .errors import ConfigError, NotFoundError, StateError, ValidationError
+from .errors import ConfigError, ConfirmationRequired, NotFoundError, StateError, ValidationError
 from .llm import LLM, LLMCall, LLMRunner, make_runner
-from .models import Exchange, Hit, Recall, ReembedProgress, ReembedReport, Stats, Topic
+from .models import (
+    Exchange,
+    ForgetReport,
+    Hit,
+    Recall,
+    ReembedProgress,
+    ReembedReport,
+    Stats,
+    Topic,
+)
 from .organize.consolidate import ALIASES, ConsolidationOptions, consolidate, drop_aliases
 from .organize.enrich import EnrichReport, organize_labels, topic_detail
 from .organize.models import Change, ConsolidationReport, RecallMode, TopicReading
@@ -270,6 +279,9 @@ class Memory:
                 self._index_batch(uid, stored, counts)
                 tree.flush()
                 out.extend(stored)
+                if tree.moved:  # segmentation moved earlier exchanges to a new topic
+                    out = [dataclasses.replace(e, topic_id=tree.moved[e.id]) if e.id in tree.moved else e
+                           for e in out]
             if key is not None:
                 self.store.log_change(uid, "import", key, {"ids": [e.id for e in out]})
         return out
@@ -710,24 +722,148 @@ class Memory:
         return written, len(vec_nodes), aliases
 
     # -- deletion -------------------------------------------------------------------------------
+    def rebuild_tree(self, user_id: str | None = None) -> dict[str, int]:
+        """Rebuild the topic tree of one user (or every user) from the transcript: the stored
+        exchanges and vectors are kept, every topic is dropped and each completed exchange is
+        placed again in order, as the current placement would have placed it. How a memory
+        made by an earlier version gets today's tree; nothing of the transcript changes.
+        Consolidation's merges, links and pins live on topics and are dropped with them
+        (run ``consolidate`` again). Returns {user: topics after}."""
+        self._check_embedder()
+        users = [v.user_id(user_id)] if user_id is not None else self.store.list_users()
+        out: dict[str, int] = {}
+        for uid in users:
+            with self.store.transaction(uid):
+                exs = [e for e in self.store.list_exchanges(uid, status="completed")]
+                vecs = self.store.get_vectors(uid, "exchange", [e.id for e in exs])
+                for t in self.store.list_topics(uid):
+                    self.store.delete_topic(t.id)
+                tree = TreeSession(self.store, uid, self.settings.tree)
+                for e in exs:
+                    vec = vecs.get(e.id)
+                    if vec is None:
+                        continue
+                    bare = dataclasses.replace(e, topic_id=None)
+                    self.store.update_exchange(bare)
+                    topic_id = tree.place(bare, vec, term_counts(e.text))
+                    self.store.update_exchange(dataclasses.replace(e, topic_id=topic_id))
+                tree.flush()
+                out[uid] = sum(1 for t in self.store.list_topics(uid) if t.kind == "topic")
+                self.store.log_change(uid, "rebuild", tree.root.id, {"exchanges": len(exs), "topics": out[uid]})
+        return out
+
     def delete(self, exchange_id: str) -> None:
         """Delete one exchange from the transcript, its topic and every index."""
         ex = self.get(exchange_id)
         with self.store.transaction(ex.user_id):
-            if ex.status == "completed" and ex.topic_id:
-                vec = self.store.get_vectors(ex.user_id, "exchange", [ex.id]).get(ex.id)
-                tree = TreeSession(self.store, ex.user_id, self.settings.tree)
-                # Row first: tree.remove recomputes the topic's span from its stored exchanges.
-                self.store.delete_exchange(ex.id)
-                tree.remove(ex, vec, term_counts(ex.text))
-                self.store.add_term_df(ex.user_id, list(set(terms(ex.text))), delta=-1)
-                tree.flush()
-                # The neighbours' lexical keys quoted this exchange: rewrite them without it.
-                self._reindex_text(ex.user_id, [ex.seq - 1, ex.seq + 1], {})
-            else:
-                self.store.delete_exchange(ex.id)
-            self.store.log_change(ex.user_id, "delete", ex.id, {"seq": ex.seq, "topic": ex.topic_id})
+            self._delete_exchange(ex)
             self.store.purge_deleted_text()
+
+    def _delete_exchange(self, ex: Exchange) -> None:
+        """The one deletion path of an exchange (inside the caller's transaction): its row,
+        its place in the tree (a topic or theme left empty goes), every index entry, and the
+        lexical keys of its neighbours. The caller purges deleted text once at the end."""
+        if ex.status == "completed" and ex.topic_id:
+            vec = self.store.get_vectors(ex.user_id, "exchange", [ex.id]).get(ex.id)
+            tree = TreeSession(self.store, ex.user_id, self.settings.tree)
+            # Row first: tree.remove recomputes the topic's span from its stored exchanges.
+            self.store.delete_exchange(ex.id)
+            tree.remove(ex, vec, term_counts(ex.text))
+            self.store.add_term_df(ex.user_id, list(set(terms(ex.text))), delta=-1)
+            tree.flush()
+            # The neighbours' lexical keys quoted this exchange: rewrite them without it.
+            self._reindex_text(ex.user_id, [ex.seq - 1, ex.seq + 1], {})
+        else:
+            self.store.delete_exchange(ex.id)
+        self.store.log_change(ex.user_id, "delete", ex.id, {"seq": ex.seq, "topic": ex.topic_id})
+
+    def forget_topic(
+        self, topic_id: str, *, user_id: str, confirm: bool = False, dry_run: bool = False,
+        expect_exchanges: int | None = None,
+    ) -> ForgetReport:
+        """Delete every exchange filed under a topic, or under every topic below a theme, and
+        report exactly which went (``ForgetReport``: exchange ids and seqs, topics removed).
+
+        A theme holding more than one topic is deleted only with ``confirm=True``; without it
+        ``ConfirmationRequired`` is raised, carrying the preview, and nothing changes.
+        ``dry_run=True`` returns that preview (``applied=False``) without deleting.
+        ``expect_exchanges``, the count a preview showed, makes the call refuse
+        (``StateError``) when the topic has gained or lost exchanges since.
+
+        All or nothing, in one transaction: each exchange goes through the same path as
+        ``delete`` (tree, vectors, full-text and term statistics kept exact); topics and themes
+        left empty are removed, a parent theme too when this was its only content."""
+        uid = v.user_id(user_id)
+        for name, flag in (("confirm", confirm), ("dry_run", dry_run)):
+            if not isinstance(flag, bool):
+                raise ValidationError(f"{name} must be true or false")
+        if expect_exchanges is not None and (
+                not isinstance(expect_exchanges, int) or isinstance(expect_exchanges, bool) or expect_exchanges < 0):
+            raise ValidationError("expect_exchanges must be a non-negative integer")
+        if dry_run:
+            return self._forget_plan(uid, topic_id)
+        with self.store.transaction(uid):
+            # Planned under the user's write lock: exactly these exchanges go.
+            plan = self._forget_plan(uid, topic_id)
+            if plan.confirm_required and not confirm:
+                raise ConfirmationRequired(
+                    f"topic {topic_id!r} ({plan.title or 'untitled'}) is a theme: forgetting it deletes "
+                    f"{plan.exchange_count} exchanges in {plan.topic_count} topics; confirm to delete them all",
+                    plan,
+                )
+            if expect_exchanges is not None and expect_exchanges != plan.exchange_count:
+                raise StateError(
+                    f"topic {topic_id!r} now holds {plan.exchange_count} exchanges, not the "
+                    f"{expect_exchanges} expected: preview it again"
+                )
+            before = [r.id for r in self.store.list_topics(uid)]
+            for ex in self.store.get_exchanges(uid, list(plan.exchange_ids)):
+                self._delete_exchange(ex)
+            # Reported as it happened, not as planned (the plan trusts the stored sizes).
+            after = {r.id for r in self.store.list_topics(uid)}
+            removed = tuple(t for t in dict.fromkeys([*plan.removed_topic_ids, *before]) if t not in after)
+            # Ids only: a title is made of the forgotten text's words (tests/robust/test_isolation.py).
+            self.store.log_change(uid, "forget_topic", topic_id, {
+                "exchanges": list(plan.exchange_ids), "seqs": list(plan.seqs), "topics": list(removed),
+            })
+            self.store.purge_deleted_text()
+        return dataclasses.replace(plan, removed_topic_ids=removed, applied=True)
+
+    def _forget_plan(self, uid: str, topic_id: str) -> ForgetReport:
+        """What forgetting ``topic_id`` deletes: the exchanges filed under it and the nodes that
+        go with them (the node's subtree, and each ancestor that holds nothing else)."""
+        recs = {r.id: r for r in self.store.list_topics(uid)} if isinstance(topic_id, str) else {}
+        node = recs.get(topic_id)
+        if node is None or node.kind == "root":
+            raise NotFoundError(f"no topic {topic_id!r}")
+        kids: dict[str, list[TopicRecord]] = {}
+        for r in recs.values():
+            if r.parent_id is not None:
+                kids.setdefault(r.parent_id, []).append(r)
+        subtree, stack = [], [node.id]
+        while stack:  # depth first, children in tree order (as Memory.tree lists them)
+            tid = stack.pop()
+            subtree.append(tid)
+            order = sorted(kids.get(tid, ()), key=lambda r: (r.start_seq or 0, r.created_seq))
+            stack.extend(r.id for r in reversed(order))
+        members = sorted((e for tid in subtree for e in self.store.list_exchanges(uid, topic_id=tid)),
+                         key=lambda e: e.seq)
+        # Ancestors left empty go too, as TreeSession.remove drops them: those whose size
+        # (completed exchanges placed below) is all inside this subtree.
+        placed = sum(1 for e in members if e.status == "completed")
+        removed = list(subtree)
+        parent = recs.get(node.parent_id) if node.parent_id else None
+        while parent is not None and parent.kind != "root" and parent.size <= placed:
+            removed.append(parent.id)
+            parent = recs.get(parent.parent_id) if parent.parent_id else None
+        leaves = sum(1 for tid in subtree if recs[tid].kind == "topic")
+        view = self._topic_view(uid, topic_id)
+        return ForgetReport(
+            topic_id=node.id, kind=node.kind, title=node.title, path=view.path if view else (),
+            exchange_ids=tuple(e.id for e in members), seqs=tuple(e.seq for e in members),
+            exchange_count=len(members), topic_count=leaves, removed_topic_ids=tuple(removed),
+            confirm_required=leaves > 1, applied=False,
+        )
 
     def delete_user(self, user_id: str) -> int:
         """Delete every exchange, topic, index entry and log row of a user; returns the count."""

@@ -198,5 +198,29 @@ class ReembedReport(_Serializable):
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class ForgetReport(_Serializable):
+    """What ``Memory.forget_topic`` deletes (``applied``) or would delete (a preview).
+
+    ``exchange_ids`` / ``seqs`` are exactly the exchanges filed under the node (every topic
+    below a theme), in sequence order; ``topic_count`` is the number of topics (leaves) among
+    them, ``removed_topic_ids`` every theme and topic that goes, including a parent theme left
+    empty. ``confirm_required`` is True for a theme holding more than one topic: it is only
+    deleted with ``confirm=True``.
+    """
+
+    topic_id: str
+    kind: TopicKind
+    title: str
+    path: tuple[str, ...]
+    exchange_ids: tuple[str, ...]
+    seqs: tuple[int, ...]
+    exchange_count: int
+    topic_count: int
+    removed_topic_ids: tuple[str, ...]
+    confirm_required: bool
+    applied: bool
+
+
 __all__ = ["Exchange", "Topic", "Hit", "Recall", "RecallTrace", "Stats", "ReembedProgress",
-           "ReembedReport", "Status", "Message"]
+           "ReembedReport", "ForgetReport", "Status", "Message"]

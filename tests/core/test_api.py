@@ -10,8 +10,8 @@ from tests.conftest import chat
 def test_exported_names_are_pinned() -> None:
     assert sorted(arbormem.__all__) == sorted([
         "Memory", "AsyncMemory", "Settings", "Embedder", "CallableEmbedder", "Exchange", "Topic", "Hit", "Recall",
-        "RecallTrace", "Stats", "ArbormemError", "ValidationError", "ImportFormatError",
-        "NotFoundError", "StateError", "StoreError", "MigrationError", "EmbeddingError",
+        "RecallTrace", "Stats", "ForgetReport", "ArbormemError", "ValidationError", "ImportFormatError",
+        "NotFoundError", "StateError", "ConfirmationRequired", "StoreError", "MigrationError", "EmbeddingError",
         "LLMError", "ConfigError",
     ])
 

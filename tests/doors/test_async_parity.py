@@ -93,6 +93,12 @@ def scenario_documents_and_deletion(call: Call) -> list[Any]:
     call("delete", first.id)
     out.append(call("exchanges", user_id="d"))
     out.append(call("recall", "how often do I water the fern?", user_id="d", max_tokens=300))
+    leaf = next(t for t in call("topics", user_id="d") if t.kind == "topic")
+    out.append(call("forget_topic", leaf.id, user_id="d", dry_run=True))
+    out.append(call("forget_topic", leaf.id, user_id="d", confirm=True))
+    with pytest.raises(NotFoundError):
+        call("forget_topic", leaf.id, user_id="d")
+    out.append(call("exchanges", user_id="d"))
     out.append(call("delete_user", "d"))
     out.append(call("stats", user_id="d"))
     return out

@@ -77,9 +77,9 @@ BODIES: dict[str, st.SearchStrategy[Any]] = {
     "POST /v1/users/{user_id}/changes/{change_id}/undo": st.none(),
     "POST /v1/users/{user_id}/consolidate": st.none(),
 }
-QUERIES = st.dictionaries(st.sampled_from(["limit", "after_seq", "status", "tier", "x"]),
+QUERIES = st.dictionaries(st.sampled_from(["limit", "after_seq", "status", "tier", "confirm", "expect_exchanges", "x"]),
                           st.one_of(st.integers(-5, 2000).map(str), st.sampled_from(["true", "1e3", "10" * 12, "",
-                                                                                    "completed", "2"]), nasty),
+                                                                                    "completed", "2", "false"]), nasty),
                           max_size=3)
 
 
@@ -168,7 +168,7 @@ def test_any_request_is_2xx_or_a_shaped_4xx(server: tuple[Memory, LiveServer], d
                 pick = known[pick.index % len(known)] if known else "x_missing"
             seg = pick
         path = path.replace("{" + name + "}", _segment(seg) or "%20")
-    params = data.draw(QUERIES, label="query") if method == "GET" else {}
+    params = data.draw(QUERIES, label="query") if method in ("GET", "DELETE") else {}
     kwargs: dict[str, Any] = {"params": {k: v.encode("utf-8", "surrogatepass") for k, v in params.items()}}
     if method in ("POST", "PUT"):
         kind = data.draw(st.sampled_from(["json", "json", "json", "raw"]), label="body kind")

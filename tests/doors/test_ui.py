@@ -203,3 +203,53 @@ def test_a_slow_answer_to_an_earlier_click_does_not_overwrite_a_later_one(
     finally:
         srv.stop()
         mem.close()
+
+
+def test_deleting_a_theme_shows_the_count_first_and_deletes_exactly_that(
+        tmp_path: Path, demo_data: dict[str, Any], page: Any) -> None:
+    from arbormem.check import check
+    from arbormem.server.app import create_app
+
+    mem = Memory(tmp_path / "ui.db", embedder="hash")
+    seed(mem)
+    mem.add_many(demo_data["exchanges"], user_id="alice")
+    theme = next(t for t in mem.tree(user_id="alice").walk()
+                 if t.kind == "theme" and sum(1 for x in t.walk() if x.kind == "topic") > 1)
+    leaves = {t.id for t in theme.walk() if t.kind == "topic"}
+    doomed = [e.id for e in mem.exchanges(user_id="alice") if e.topic_id in leaves]
+    everything = [e.id for e in mem.exchanges(user_id="alice")]
+    srv = LiveServer(create_app(mem, tokens=TOKENS))
+    try:
+        _login(page, srv.url, "tok-alice-bob", "alice")
+        page.wait_for_selector("#tree .node")
+        page.click("#expand-all")
+        node = page.locator(f'#tree .node[data-id="{theme.id}"]')
+        node.locator(":scope > .label").click()
+        page.wait_for_function(
+            "t => document.querySelector('#topic-title').textContent.trim() === t", arg=theme.title)
+        assert page.locator("#forget-box").is_hidden()
+
+        # The count comes first; cancelling deletes nothing.
+        page.click("#forget")
+        page.wait_for_selector("#forget-box", state="visible")
+        assert page.text_content("#forget-msg") == f"Delete {len(doomed)} exchanges in {len(leaves)} topics?"
+        page.click("#forget-no")
+        assert page.locator("#forget-box").is_hidden()
+        assert [e.id for e in mem.exchanges(user_id="alice")] == everything
+
+        page.click("#forget")
+        page.wait_for_selector("#forget-box", state="visible")
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "ui-forget.png"))
+        page.click("#forget-yes")
+        page.wait_for_function("document.querySelector('#status').textContent.startsWith('deleted')")
+        assert page.text_content("#status") == f"deleted {len(doomed)} exchanges in {len(leaves)} topics"
+        assert page.locator(f'#tree .node[data-id="{theme.id}"]').count() == 0
+        assert page.locator("#topic").is_hidden()
+        assert [e.id for e in mem.exchanges(user_id="alice")] == [x for x in everything if x not in doomed]
+        assert len(mem.exchanges(user_id="carol")) == 2
+        assert check(mem).ok
+        assert page.js_errors == []
+    finally:
+        srv.stop()
+        mem.close()

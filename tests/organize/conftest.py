@@ -7,12 +7,21 @@ import random
 from datetime import timedelta
 
 import numpy as np
+import pytest
 
 from arbormem import Memory
 from arbormem.organize.consolidate import ALIASES, PART_TEXT, alias_id, alias_owner, is_alias
 from arbormem.text import terms
 from tests.conftest import chat
 from tests.support.subjects import SUBJECTS, T0
+
+
+@pytest.fixture(autouse=True)
+def _placement_leaves_fragments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about consolidation: placement must leave it fragments to merge. Today's
+    placement sends a returning subject home itself (same thread), so it is turned off here,
+    as in a memory written by an earlier version (thread_threshold above any cosine)."""
+    monkeypatch.setenv("ARBORMEM_TREE__THREAD_THRESHOLD", "2.0")
 
 
 def fragmented(n: int, seed: int = 3, per_session: int = 12) -> list[dict]:
@@ -67,12 +76,13 @@ def check_tree(mem: Memory, uid: str) -> dict[str, int]:
             assert ch, f"empty theme {r.id}"
             assert r.size == sum(recs[c].size for c in ch)
             assert r.start_seq == min(recs[c].start_seq for c in ch)
-        assert len(kids.get(r.id, [])) <= mem.settings.tree.max_children
+        limit = mem.settings.tree.root_children if r.kind == "root" else mem.settings.tree.max_children
+        assert len(kids.get(r.id, [])) <= limit
         for other in r.meta.get("links", []):
             assert other in recs, f"dangling link {r.id} -> {other}"
             assert r.id in recs[other].meta.get("links", []), "links must be both ways"
     assert root.size == len(completed)
-    assert len(depths) <= 1, "every topic sits at the same depth"
+    # Topics sit at the depth their subject needs (docs/tree.md), no longer all at one depth.
     # Every topic and theme is in both indexes, and nothing else is but the aliases of merged
     # topics' parts, exactly those their topics list.
     nodes = [r for r in recs.values() if r.kind != "root"]

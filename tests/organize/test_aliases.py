@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from arbormem import Memory
 from arbormem.check import check
@@ -193,7 +194,10 @@ def test_check_reports_a_dangling_alias(db_path: Path) -> None:
     mem.close()
 
 
-def test_recall_follows_a_link_within_the_budget(db_path: Path) -> None:
+def test_recall_follows_a_link_within_the_budget(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Placement would put Alice's session under the recital theme itself; this test is about
+    # what a link adds between topics that placement left apart.
+    monkeypatch.setenv("ARBORMEM_TREE__THEME_THRESHOLD", "2.0")
     mem = Memory(db_path, embedder=HashEmbedder())
     # Fourteen visits to a piano recital, each its own topic, fill the retriever's topic list;
     # Alice's piano session is like them (so it gets linked) but never names the recital.

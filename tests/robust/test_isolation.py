@@ -1,4 +1,4 @@
-"""Isolation: deleting a user, or one exchange, leaves no trace of its text anywhere in the
+"""Isolation: deleting a user, a topic or one exchange, leaves no trace of its text anywhere in the
 database file. Verified the hard way: after a WAL checkpoint and VACUUM, the raw bytes of the
 file (and any -wal/-shm beside it) are scanned for a marker only the deleted data contained,
 while another user's marker is still found (so the scan can see text at all)."""
@@ -101,6 +101,27 @@ def test_delete_exchange_leaves_no_bytes_behind(tmp_path: Path) -> None:
     raw = _bytes(db)
     assert b"plainword" in raw
     assert b"secretmarker" not in raw
+
+
+def test_forget_topic_leaves_no_bytes_behind(tmp_path: Path) -> None:
+    """Forgetting a topic whose very title is made of the forgotten words: neither the text,
+    nor the title, nor the log of the forget keeps them."""
+    db = tmp_path / "m.db"
+    with open_memory(db) as m:
+        _fill(m, "carol", "plainword")
+        victims = [m.add(turn(f"quokkasecret habitat quokkasecret diet {i}", f"quokkasecret reply {i}"),
+                         user_id="carol", session_id="q").id for i in range(4)]
+        topic = m.get(victims[0]).topic_id
+        assert topic is not None and "quokkasecret" in m.topic(topic, user_id="carol").title.lower()
+        report = m.forget_topic(topic, user_id="carol", confirm=True)
+        assert set(victims) <= set(report.exchange_ids)
+        from arbormem.check import check
+
+        assert check(m).ok
+    _compact(db)
+    raw = _bytes(db)
+    assert b"plainword" in raw
+    assert b"quokkasecret" not in raw.lower()
 
 
 def test_no_public_read_returns_another_users_data(tmp_path: Path) -> None:

@@ -166,6 +166,50 @@ def identifiers_command(embedder: str, exchanges: int, queries: int, kinds: str,
         click.echo("\n".join(rep.lines()))
 
 
+@eval_group.command("topics")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--embedder", default="local", show_default=True,
+              help='"local" (bundled MiniLM), "hash" (fast, for tests) or a model folder.')
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the report as JSON.")
+def topics_command(files: tuple[str, ...], embedder: str, json_out: str | None) -> None:
+    """Leaves against human topic segments in FILES (a JSON list of {"utterances",
+    "segments"}), beside TextTiling, random, one-segment and every-exchange baselines over
+    the same exchange vectors (arbormem/eval/topics.py)."""
+    from ..memory import Memory
+    from .topics import eval_segmentation, format_segmentation
+
+    try:
+        with Memory(":memory:", embedder=embedder) as mem:
+            rep = eval_segmentation(files, mem)
+    except ArbormemError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(format_segmentation(rep))
+    if json_out:
+        Path(json_out).write_text(json.dumps({**rep, "command": _command_line()}, indent=1), encoding="utf-8")
+
+
+@eval_group.command("subjects")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--embedder", default="local", show_default=True,
+              help='"local" (bundled MiniLM), "hash" (fast, for tests) or a model folder.')
+@click.option("--trees/--no-trees", default=True, help="Print each history's tree with its gold subjects.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the report as JSON.")
+def subjects_command(files: tuple[str, ...], embedder: str, trees: bool, json_out: str | None) -> None:
+    """Subject grouping on histories in FILES (several subjects over interleaved sessions,
+    a subject per exchange): top-level V-measure, mixed branches, visit share, titles."""
+    from ..memory import Memory
+    from .topics import eval_subjects, format_subjects
+
+    try:
+        with Memory(":memory:", embedder=embedder) as mem:
+            rep = eval_subjects(files, mem)
+    except ArbormemError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(format_subjects(rep, trees=trees))
+    if json_out:
+        Path(json_out).write_text(json.dumps({**rep, "command": _command_line()}, indent=1), encoding="utf-8")
+
+
 @eval_group.command("show")
 @click.argument("report", type=click.Path(exists=True, dir_okay=False))
 @click.option("--chart", "chart_out", type=click.Path(dir_okay=False), help="Write a PNG chart of recall vs budget.")

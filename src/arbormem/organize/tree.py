@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import uuid
 from collections import Counter
 from collections.abc import Mapping
@@ -33,12 +34,24 @@ import numpy as np
 from ..config import TreeSettings
 from ..models import Exchange
 from ..store.base import Store, TopicRecord
-from ..text import idf, merge_counts, prune_counts, sentences, shorten, terms, top_terms
+from ..text import (
+    idf,
+    merge_counts,
+    prune_counts,
+    sentences,
+    shorten,
+    term_counts,
+    terms,
+    top_terms,
+)
+from . import labels
 
 # Bounded per-node term statistics: enough for keywords and titles, small enough to rewrite.
 LEAF_TERMS = 96
 THEME_TERMS = 128
 KEYWORDS = 8
+# Topic meta key of the node's bounded phrase counter (titles, organize/labels.py).
+PHRASES = "phrases"
 
 
 def new_id(prefix: str) -> str:
@@ -63,6 +76,9 @@ class TreeSession:
         self._dirty: set[str] = set()
         self._deleted: set[str] = set()
         self._to_summarise: set[str] = set()
+        self._vecs: dict[str, np.ndarray] = {}
+        # Exchanges placed earlier whose topic this unit of work changed (segmentation lag).
+        self.moved: dict[str, str] = {}
         self.root = self._load_root()
 
     # -- node cache ------------------------------------------------------------------------------
@@ -138,62 +154,267 @@ class TreeSession:
         return self.get(cur_id) if cur_id else None
 
     def place(self, ex: Exchange, vec: np.ndarray, counts: Mapping[str, int]) -> str:
-        """Choose the topic for a completed exchange, update the tree, return the topic id."""
-        cur = self.current()
-        decision = "continue"
-        if cur is None or not self._continues(cur, ex, vec):
-            if cur is not None:
-                self.freeze(cur)
-            parent = self._descend(vec, ex.seq)
-            cur = self._create("topic", parent, ex.seq)
-            cur.meta["session"] = ex.session_id
-            self.root.meta["current"] = cur.id
-            self._dirty.add(self.root.id)
-            decision = "new"
-        self._add_to(cur, ex, vec, counts)
-        if decision == "new":
-            # A new leaf (and maybe a new theme) was added: bound the fan-out of every level
-            # that gained a child, bottom-up.
-            for node in self.ancestors(cur):
-                self._bound_fanout(node, ex.seq)
-        return cur.id
+        """Choose the topic for a completed exchange, update the tree, return the topic id.
 
-    def _continues(self, cur: TopicRecord, ex: Exchange, vec: np.ndarray) -> bool:
-        if cur.frozen or cur.kind != "topic":
-            return False
+        Segmentation (docs/tree.md): an exchange continues the open topic while its average
+        link (mean cosine) to the topic's exchanges stays at or above ``continue_threshold``.
+        With ``lookahead`` on, the decision waits one exchange: the newest exchange is
+        *pending* and is judged together with the next one, so a one-exchange digression
+        stays in its topic. A closing exchange ("thanks, that's all") stays in its topic and
+        closes it: what comes next starts a new topic unless it is clearly the same thread.
+        A new session or a long pause closes the topic too.
+        """
+        vec = vec.astype(np.float32)
+        self._vecs[ex.id] = vec
+        closing = is_closing(ex.user_text)
+        cur = self.current()
+        if cur is not None and (cur.kind != "topic" or cur.frozen):
+            cur = None
+        if cur is not None and self._hard_break(cur, ex):
+            self._settle(cur, None)
+            self.close(cur)
+            cur = None
+        if cur is not None and closing:
+            self._settle(cur, None)  # the pending exchange is judged on its own
+            target = cur
+        elif cur is not None and cur.meta.get("closing"):
+            cur.meta.pop("closing", None)
+            self._dirty.add(cur.id)
+            if self._link(vec, 1, cur) >= self.s.thread_threshold:
+                target = cur
+            else:
+                self.close(cur)
+                target = None
+        elif cur is not None and self.s.lookahead:
+            target = self._settle(cur, (ex, vec)) or cur
+        elif cur is not None and self._link(vec, 1, cur) < self._continue_floor(cur):
+            self.close(cur)
+            target = None
+        else:
+            target = cur
+        if target is None:
+            target = self._home(vec, 1, ex.seq, ex.session_id)
+        self._add_to(target, ex, vec, counts)
+        target.meta["session"] = ex.session_id
+        if closing:
+            target.meta["closing"] = True
+            target.meta.pop("pending", None)
+        elif self.s.lookahead:
+            target.meta["pending"] = ex.id
+        if self.root.meta.get("current") != target.id:
+            self.root.meta["current"] = target.id
+            self._dirty.add(self.root.id)
+        self._dirty.add(target.id)
+        return target.id
+
+    def _continue_floor(self, cur: TopicRecord) -> float:
+        """The link an exchange needs to continue ``cur``: ``continue_threshold``, raised for a
+        tight topic to ``continue_relative`` x its cohesion (the mean cosine between its own
+        exchanges), so a verbose, focused topic is left at a smaller drift than a topic of
+        short replies whose exchanges share few words."""
+        floor = self.s.continue_threshold
+        n = cur.size
+        if n >= 2 and cur.vec_sum is not None and self.s.continue_relative > 0:
+            cohesion = (float(cur.vec_sum @ cur.vec_sum) - n) / (n * (n - 1))
+            floor = max(floor, self.s.continue_relative * cohesion)
+        return floor
+
+    def _hard_break(self, cur: TopicRecord, ex: Exchange) -> bool:
         if cur.size >= self.s.max_topic_size:
-            return False
+            return True
         if (cur.meta.get("session") or None) != (ex.session_id or None):
-            return False
+            return True
         if cur.last_at is not None:
             gap = (ex.user_at - cur.last_at).total_seconds() / 3600.0
             if gap > self.s.session_gap_hours:
-                return False
-        return _cos(cur.centroid(), vec) >= self.s.continue_threshold
+                return True
+        return False
 
-    def _descend(self, vec: np.ndarray, seq: int) -> TopicRecord:
-        """The bottom theme (a theme whose children are topics) for a new topic.
+    def _settle(self, cur: TopicRecord, nxt: tuple[Exchange, np.ndarray] | None) -> TopicRecord | None:
+        """Decide the open topic's pending exchange (see ``place``). Returns the new topic the
+        pending exchange moved to, or None when it stays."""
+        pid = cur.meta.get("pending")
+        if not pid or cur.size < 2 or cur.vec_sum is None:
+            return None
+        pvec = self._vec(pid)
+        if pvec is None:
+            return None
+        rest = cur.vec_sum - pvec
+        pair = pvec if nxt is None else pvec + nxt[1]
+        n_pair = 1 if nxt is None else 2
+        link = float(rest @ pair) / ((cur.size - 1) * n_pair)
+        cur.meta.pop("pending", None)
+        self._dirty.add(cur.id)
+        if link >= self.s.continue_threshold:
+            return None
+        pend = self.store.get_exchange(pid)
+        if pend is None or pend.topic_id != cur.id:
+            return None
+        counts = term_counts(pend.text)
+        # Detach first (the row too, so the old topic's span is recomputed without it).
+        self.store.update_exchange(dataclasses.replace(pend, topic_id=None))
+        self.remove(pend, pvec, counts)
+        self.close(cur)
+        leaf = self._home(pair, n_pair, pend.seq, pend.session_id)
+        moved = dataclasses.replace(pend, topic_id=leaf.id)
+        self.store.update_exchange(moved)
+        self.moved[pend.id] = leaf.id
+        self._add_to(leaf, moved, pvec, counts)
+        return leaf
 
-        Like an insertion into a B-tree / BIRCH CF-tree, the descent always reaches the bottom
-        level, so every topic sits at the same depth and height grows only when the root
-        splits. At the bottom, a theme that is not similar enough gets a new sibling theme
-        instead (a new branch next to the closest one).
+    def _vec(self, exchange_id: str) -> np.ndarray | None:
+        v = self._vecs.get(exchange_id)
+        if v is None:
+            got = self.store.get_vectors(self.user_id, "exchange", [exchange_id])
+            v = got.get(exchange_id)
+        return v
+
+    # -- homing ----------------------------------------------------------------------------------
+    def _home(self, vsum: np.ndarray, n: int, seq: int, session: str | None) -> TopicRecord:
+        """The leaf for a new run of ``n`` exchanges whose vectors sum to ``vsum``.
+
+        Returns go home: an earlier topic of the same thread (average link >=
+        ``thread_threshold``, room left) takes the run back; otherwise a new topic starts
+        under the theme the run belongs to (average link to the theme's exchanges >=
+        ``theme_threshold``), or beside a lone related topic (the two become a theme), or at
+        the top level when nothing is related.
         """
-        node = self.root
-        while True:
-            kids = [c for c in self.children(node) if c.kind == "theme"]
-            if not kids:
-                # Empty tree (or an empty inner node): start the first theme here.
-                return self._create("theme", node, seq)
-            best_sim, best = max(((_cos(t.centroid(), vec), t) for t in kids), key=lambda p: p[0])
-            if any(c.kind == "theme" for c in self.children(best)):
-                node = best
+        home = self._find_home(vsum, n, exclude=None)
+        if home.thread is not None:
+            home.thread.frozen = False
+            self._dirty.add(home.thread.id)
+            return home.thread
+        parent = home.theme if home.theme is not None else (
+            self._pair_theme(home.pair) if home.pair is not None else self.root)
+        leaf = self._create("topic", parent, seq)
+        leaf.meta["session"] = session
+        self._bound_fanout(parent, seq)
+        return leaf
+
+    def _link(self, vsum: np.ndarray, n: int, node: TopicRecord) -> float:
+        """Average link: the mean cosine between the run's exchanges and the node's."""
+        if node.vec_sum is None or node.size <= 0:
+            return -1.0
+        return float(vsum @ node.vec_sum) / (n * node.size)
+
+    def _candidates(self, vsum: np.ndarray, exclude: str | None) -> list[TopicRecord]:
+        """Leaves likely to be related: nearest topic vectors from the index (as of the last
+        flush) plus every leaf this unit of work holds (not in the index yet)."""
+        norm = float(np.linalg.norm(vsum)) or 1.0
+        hits = self.store.vector_search(self.user_id, "topic", (vsum / norm).astype(np.float32),
+                                        self.s.home_candidates)
+        ids = [i for i, _ in hits] + [i for i, node in self._nodes.items() if node.kind == "topic"]
+        out, seen = [], set()
+        for i in ids:
+            if i in seen or i == exclude or i in self._deleted:
                 continue
-            if best_sim >= self.s.branch_threshold:
-                return best
-            return self._create("theme", node, seq)
+            seen.add(i)
+            node = self.get(i)
+            if node is not None and node.kind == "topic" and node.size > 0:
+                out.append(node)
+        return out
+
+    def _find_home(self, vsum: np.ndarray, n: int, exclude: str | None) -> _Home:
+        leaves = self._candidates(vsum, exclude)
+        scored = sorted(((self._link(vsum, n, leaf), leaf.id, leaf) for leaf in leaves),
+                        key=lambda p: (-p[0], p[1]))
+        home = _Home()
+        if not scored:
+            return home
+        link, _, leaf = scored[0]
+        if link >= self.s.thread_threshold and leaf.size + n <= self.s.max_topic_size \
+                and not leaf.meta.get("no_merge"):
+            home.thread = leaf
+            return home
+        best = self.s.theme_threshold
+        for link, _, leaf in scored[:8]:
+            if link < self.s.theme_threshold:
+                break
+            top = self._top(leaf)
+            if top.kind == "topic":
+                if link > best:  # a lone related topic: the two become a theme
+                    home.theme, home.pair, best = None, top, link
+                continue
+            tl = self._link(vsum, n, top)
+            if tl > best:
+                home.theme, home.pair, best = self._descend(vsum, n, top), None, tl
+        return home
+
+    def _top(self, node: TopicRecord) -> TopicRecord:
+        """The top-level node (a child of the root) above ``node``, or ``node`` itself."""
+        chain = [node, *self.ancestors(node)]
+        return chain[-2] if len(chain) >= 2 else node
+
+    def _descend(self, vsum: np.ndarray, n: int, theme: TopicRecord) -> TopicRecord:
+        """Within a subject theme, the sub-theme the run relates to best (while related)."""
+        while True:
+            subs = [c for c in self.children(theme) if c.kind == "theme"]
+            scored = [(self._link(vsum, n, c), c.id, c) for c in subs]
+            scored = [x for x in scored if x[0] >= self.s.theme_threshold]
+            if not scored:
+                return theme
+            theme = max(scored, key=lambda x: (x[0], x[1]))[2]
+
+    def _pair_theme(self, leaf: TopicRecord) -> TopicRecord:
+        """Wrap ``leaf`` in a new theme at its place (a related new topic joins it)."""
+        old = self.get(leaf.parent_id) if leaf.parent_id else self.root
+        assert old is not None
+        theme = self._create("theme", old, leaf.created_seq)
+        self._reparent(leaf, theme)
+        self._recompute(theme)
+        return theme
+
+    def close(self, leaf: TopicRecord) -> None:
+        """Freeze a topic the conversation left, and re-home it now that all of it is known
+        (it was homed on its first exchanges): it may rejoin its thread or move to the theme
+        it relates to best."""
+        self.freeze(leaf)
+        leaf.meta.pop("pending", None)
+        if leaf.size == 0 or leaf.vec_sum is None or leaf.meta.get("aliases"):
+            return
+        home = self._find_home(leaf.vec_sum, leaf.size, exclude=leaf.id)
+        old_parent = self.get(leaf.parent_id) if leaf.parent_id else None
+        if home.thread is not None and home.thread.id != leaf.id:
+            target = home.thread
+            members = [e for e in self.store.list_exchanges(self.user_id, topic_id=leaf.id)]
+            vecs = self.store.get_vectors(self.user_id, "exchange", [e.id for e in members])
+            vecs.update({e.id: self._vecs[e.id] for e in members if e.id in self._vecs})
+            for e in members:
+                self.move(e, vecs.get(e.id), term_counts(e.text), target)
+                self.moved[e.id] = target.id
+            target.frozen = True
+            self._to_summarise.add(target.id)
+            self._dirty.add(target.id)
+            return
+        new_parent = home.theme
+        if new_parent is None and home.pair is not None:
+            if old_parent is not None and home.pair.parent_id == old_parent.id and old_parent.kind == "theme":
+                return  # already siblings in a theme
+            new_parent = self._pair_theme(home.pair)
+        if new_parent is None or old_parent is None or new_parent.id == old_parent.id:
+            return
+        if any(a.id == leaf.id for a in [new_parent, *self.ancestors(new_parent)]):
+            return
+        if old_parent.kind == "theme" and self._link(leaf.vec_sum, leaf.size, old_parent) >= \
+                self._link(leaf.vec_sum, leaf.size, new_parent):
+            return
+        self._move_subtree(leaf, new_parent)
+        self._bound_fanout(new_parent, leaf.created_seq)
+
+    def _move_subtree(self, node: TopicRecord, new_parent: TopicRecord) -> None:
+        """Move a node (with its aggregates) under another parent, keeping every ancestor's
+        sums, spans and sizes right on both paths."""
+        old_chain = self.ancestors(node)
+        self._reparent(node, new_parent)
+        for a in old_chain:
+            if a.kind == "theme":
+                self._recompute(a)
+        for a in [new_parent, *self.ancestors(new_parent)]:
+            if a.kind == "theme":
+                self._recompute(a)
 
     def _add_to(self, leaf: TopicRecord, ex: Exchange, vec: np.ndarray, counts: Mapping[str, int]) -> None:
+        phrases: dict[str, int] | None = None
         for i, node in enumerate([leaf, *self.ancestors(leaf)]):
             node.vec_sum = vec.astype(np.float32).copy() if node.vec_sum is None else node.vec_sum + vec
             node.size += 1
@@ -204,6 +425,10 @@ class TreeSession:
             if node.kind != "root":
                 keep = LEAF_TERMS if i == 0 else THEME_TERMS
                 node.terms = prune_counts(merge_counts(node.terms, counts.items()), keep)
+                if phrases is None:
+                    phrases = labels.exchange_phrase_counts(ex.user_text, ex.assistant_text)
+                node.meta[PHRASES] = labels.prune_phrases(
+                    labels.merge_phrases(node.meta.get(PHRASES) or {}, phrases), keep)
             if i == 0 and not node.summary:
                 node.summary = shorten(ex.user_text, 200)
             self._dirty.add(node.id)
@@ -227,8 +452,13 @@ class TreeSession:
             node.size = max(0, node.size - 1)
             if node.kind != "root":
                 node.terms = {t: c - counts.get(t, 0) for t, c in node.terms.items() if c - counts.get(t, 0) > 0}
+                if node.meta.get(PHRASES):
+                    node.meta[PHRASES] = labels.subtract_phrases(
+                        node.meta[PHRASES], labels.exchange_phrase_counts(ex.user_text, ex.assistant_text))
             self._dirty.add(node.id)
         self._recompute_span(leaf)
+        # Its summary may quote the removed exchange: rewritten from what is left at flush.
+        self._to_summarise.add(leaf.id)
         # Drop nodes that became empty, bottom-up (the root stays).
         for node in chain:
             if node.kind == "root" or node.size > 0:
@@ -259,14 +489,13 @@ class TreeSession:
         """A new leaf under theme ``under`` when that is a bottom-level theme of this user, else
         under the same theme as ``topic_id`` (fan-out kept bounded)."""
         parent = self.get(under) if under else None
-        if parent is not None and (parent.kind != "theme"
-                                   or any(c.kind != "topic" for c in self.children(parent))):
-            parent = None  # only bottom-level themes keep every topic at the same depth
+        if parent is not None and parent.kind != "theme":
+            parent = None
         near = self.get(topic_id) if topic_id else None
         if parent is None:
             parent = self.get(near.parent_id) if near is not None and near.parent_id else None
         if parent is None:
-            parent = self._create("theme", self.root, seq)
+            parent = self.root
         leaf = self._create("topic", parent, seq)
         for node in self.ancestors(leaf):
             self._bound_fanout(node, seq)
@@ -285,35 +514,29 @@ class TreeSession:
 
     # -- fan-out -----------------------------------------------------------------------------------
     def _bound_fanout(self, node: TopicRecord, seq: int) -> None:
-        """Split an overfull node like a B-tree node.
+        """Keep fan-out bounded where content is large.
 
-        An inner node's children are grouped (balanced spherical k-means on centroids) and all
-        groups but the first move to new sibling themes under the same parent, so the overflow
-        moves up; only the root grows a level (its groups become new themes below it). Every
-        leaf therefore stays at about log_{max_children/2}(topics) depth, however unevenly
-        the conversation visits its subjects.
+        A theme with more than ``max_children`` children gets a level below it: its children
+        are grouped (balanced spherical k-means on centroids: they already share the theme's
+        subject) into sub-themes; a child left alone stays where it is. The top level is
+        grouped the same way only past ``root_children`` (a memory with very many unrelated
+        subjects: the one forced grouping, so depth stays logarithmic at a million
+        exchanges). A small memory's subjects therefore stay apart at the top, and depth
+        follows the content: only subjects with many topics get sub-themes.
         """
         kids = self.children(node)
-        if len(kids) <= self.s.max_children:
+        limit = self.s.root_children if node.kind == "root" else self.s.max_children
+        if len(kids) <= limit:
             return
-        cap = max(2, self.s.max_children // 2)
+        cap = self.s.max_children
         k = max(2, math.ceil(len(kids) / cap))
         dim = next(c.vec_sum.shape[0] for c in kids if c.vec_sum is not None)
         zero = np.zeros(dim, dtype=np.float32)
         vecs = np.stack([_or(c.centroid(), zero) for c in kids])
-        groups = [g for g in balanced_groups(vecs, k, cap) if g]
-        if node.kind == "root":
-            # Every group moves down a level, singletons too: a child left at the root would
-            # put its topics one level shallower than all the others.
-            targets = [self._create("theme", node, seq) for _ in groups]
-            movers = groups
-        else:
-            parent = self.get(node.parent_id) if node.parent_id else None
-            if parent is None:
-                return
-            movers = groups[1:]
-            targets = [self._create("theme", parent, seq) for _ in movers]
-        for theme, group in zip(targets, movers, strict=True):
+        for group in balanced_groups(vecs, k, cap):
+            if len(group) < 2:
+                continue
+            theme = self._create("theme", node, seq)
             for j in group:
                 self._reparent(kids[j], theme)
             self._recompute(theme)
@@ -321,8 +544,33 @@ class TreeSession:
                 "from": node.id, "children": [kids[j].id for j in group], "reason": "fan-out",
                 "max_children": self.s.max_children,
             })
-        if node.kind != "root":
-            self._recompute(node)
+
+    def _dissolve_chains(self) -> None:
+        """A theme with one child is that child (no single-child chains); an empty one goes."""
+        changed = True
+        while changed:
+            changed = False
+            for nid in sorted(self._dirty):
+                node = self._nodes.get(nid)
+                if node is None or node.kind != "theme" or nid in self._deleted:
+                    continue
+                kids = self.children(node)
+                if len(kids) > 1:
+                    continue
+                parent = self.get(node.parent_id) if node.parent_id else None
+                if parent is None:
+                    continue
+                for kid in kids:
+                    self._reparent(kid, parent)
+                self.children(parent)
+                if node.id in self._kids[parent.id]:
+                    self._kids[parent.id].remove(node.id)
+                self._dirty.add(parent.id)
+                self._deleted.add(node.id)
+                self._dirty.discard(node.id)
+                self._nodes.pop(node.id, None)
+                changed = True
+                break
 
     def _recompute(self, node: TopicRecord) -> None:
         """Rebuild an inner node's aggregates from its children."""
@@ -334,6 +582,10 @@ class TreeSession:
         for c in kids:
             terms_acc = merge_counts(terms_acc, c.terms.items())
         node.terms = prune_counts(terms_acc, THEME_TERMS)
+        phrases: dict[str, int] = {}
+        for c in kids:
+            phrases = labels.merge_phrases(phrases, c.meta.get(PHRASES) or {})
+        node.meta[PHRASES] = labels.prune_phrases(phrases, THEME_TERMS)
         for attr, pick in (("start_seq", min), ("end_seq", max), ("first_at", min), ("last_at", max)):
             values = [getattr(c, attr) for c in kids if getattr(c, attr) is not None]
             setattr(node, attr, pick(values) if values else None)
@@ -367,23 +619,27 @@ class TreeSession:
 
     def flush(self) -> list[str]:
         """Write every changed node (row, centroid, text index); return their ids."""
+        self._dissolve_chains()
         # Deepest first: a theme's summary and frozen flag are computed from its children,
         # which must be final by then (set order would make the stored tree vary run to run).
         dirty = sorted((self._nodes[i] for i in self._dirty if i in self._nodes),
                        key=lambda n: (-len(self.ancestors(n)), n.created_seq, n.id))
         n_docs = max(1, self.root.size)
         wanted = {t for node in dirty for t in node.terms}
+        for node in dirty:
+            wanted |= labels.phrase_words(node.meta.get(PHRASES) or {})
         df = self.store.get_term_df(self.user_id, list(wanted)) if wanted else {}
         for node in dirty:
             if node.kind == "root" or _llm_labelled(node):
                 continue
             node.keywords = top_terms(node.terms, df, n_docs, KEYWORDS)
-            node.title = make_title(node.keywords)
+            node.title = self._title(node, df, n_docs)
             if node.id in self._to_summarise and node.kind == "topic":
                 node.summary = self._extractive_summary(node, df, n_docs)
             elif node.kind == "theme":
-                kids = sorted(self.children(node), key=lambda k: (k.start_seq or 0, k.created_seq, k.title))
-                node.summary = shorten("; ".join(k.title for k in kids if k.title), 240)
+                kids = self.children(node)
+                parts = sorted(kids, key=lambda k: (k.start_seq or 0, k.id))
+                node.summary = shorten("; ".join(k.title for k in parts if k.title), 240)
                 node.frozen = all(k.frozen for k in kids) if kids else node.frozen
         for node in dirty:
             self.store.put_topic(node)
@@ -402,6 +658,19 @@ class TreeSession:
         self._to_summarise.clear()
         return ids
 
+    def _title(self, node: TopicRecord, df: Mapping[str, int], n_docs: int) -> str:
+        """A noun phrase from the node's own text (organize/labels.py); a theme's names what
+        its children share. Nodes stored before phrase counters existed fall back to their
+        keywords until ``arbormem rebuild-tree``."""
+        if node.kind == "theme":
+            kids = [k.meta.get(PHRASES) or {} for k in self.children(node)]
+            if any(kids):
+                return labels.theme_title(kids, df, n_docs, members=node.size)
+        phrases = node.meta.get(PHRASES)
+        if phrases:
+            return labels.make_title(phrases, df, n_docs, members=node.size)
+        return make_title(node.keywords)
+
     def _extractive_summary(self, leaf: TopicRecord, df: Mapping[str, int], n_docs: int) -> str:
         members = self.store.list_exchanges(self.user_id, topic_id=leaf.id)
         weights = {t: idf(df.get(t, 1), n_docs) for t in leaf.keywords}
@@ -416,6 +685,38 @@ class TreeSession:
         top = sorted(best, key=lambda b: -b[0])[:2]
         text = " ".join(s for _, _, s in sorted(top, key=lambda b: b[1]))
         return shorten(text, 240) if text else leaf.summary
+
+
+@dataclasses.dataclass
+class _Home:
+    """Where a run of exchanges belongs: an earlier topic of its thread, a theme, or beside a
+    lone related topic (``pair``); all None means a new top-level topic."""
+
+    thread: TopicRecord | None = None
+    theme: TopicRecord | None = None
+    pair: TopicRecord | None = None
+
+
+# Words of a closing exchange ("thanks, that's all", "great, bye"): pleasantries, assent and
+# the words around them. An exchange whose user message holds one of the KEY words and at
+# most one word outside this list closes its topic (TRACE's trivial exchanges, used as a cue).
+_CLOSING_WORDS = frozenset("""thanks thank thx ty cheers bye goodbye great perfect ok okay alright
+    fine cool awesome wonderful brilliant excellent lovely nice helpful help that's that is all
+    i i'm i've need needed it everything for now appreciate appreciated much you very so good
+    day have a the you're welcome that'll will be was just what wanted got sorted done amazing
+    super again anyway then night evening morning see later take care""".split())
+_CLOSING_KEYS = frozenset("thanks thank thx ty cheers bye goodbye all".split())
+_WORDS = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
+
+
+def is_closing(user_text: str) -> bool:
+    """A closing exchange: thanks or goodbye with (almost) nothing else to say."""
+    words = [w.replace("’", "'") for w in _WORDS.findall(user_text.lower()[:200])]
+    if not words or len(words) > 12:
+        return False
+    if not any(w in _CLOSING_KEYS for w in words):
+        return False
+    return sum(w not in _CLOSING_WORDS for w in words) <= 1
 
 
 def _or(vec: np.ndarray | None, default: np.ndarray) -> np.ndarray:

@@ -39,9 +39,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from .. import __version__
 from ..config import Limits
-from ..errors import ArbormemError
+from ..errors import ArbormemError, ConfirmationRequired
 from ..memory import Memory
-from ..models import Exchange, Hit, RecallTrace, Stats, Topic
+from ..models import Exchange, ForgetReport, Hit, RecallTrace, Stats, Topic
 from ..organize.models import Change
 from . import views
 from .auth import ANONYMOUS, ENV, Principal, TokenPolicy, bearer
@@ -547,6 +547,30 @@ def create_app(
                         limit: int = Query(200, ge=1, le=1000)) -> dict[str, Any]:
         items = views.topic_exchanges(mem, user_id, topic_id, limit=limit)
         return {"exchanges": [e.to_dict() for e in items]}
+
+    # -- forgetting a topic or theme: previewed, and a theme only with confirm=true --
+    @r.get("/topics/{topic_id}/forget", tags=["topics"], response_model=ForgetReport,
+           summary="Preview forgetting a topic or theme: exactly which exchanges and topics would go")
+    def forget_topic_preview(user_id: str, topic_id: str) -> dict[str, Any]:
+        return mem.forget_topic(topic_id, user_id=user_id, dry_run=True).to_dict()
+
+    @r.delete("/topics/{topic_id}", tags=["topics"], response_model=ForgetReport,
+              responses={409: {"model": ErrorResponse, "description": (
+                  "a theme of several topics without confirm=true (code confirmation_required, "
+                  "with the preview), or expect_exchanges no longer matches (code invalid_state)")}},
+              summary="Forget a topic or theme: delete every exchange filed under it, report which")
+    def forget_topic(
+        user_id: str, topic_id: str,
+        confirm: bool = Query(False, description="required (true) to forget a theme of several topics"),
+        expect_exchanges: int | None = Query(None, ge=0, description="the count the preview showed"),
+    ) -> Any:
+        try:
+            report = mem.forget_topic(topic_id, user_id=user_id, confirm=confirm,
+                                      expect_exchanges=expect_exchanges)
+        except ConfirmationRequired as exc:
+            return _error(exc.http_status, exc.code, f"{exc} (DELETE again with ?confirm=true)",
+                          preview=exc.report.to_dict())
+        return report.to_dict()
 
     @r.get("/stats", tags=["read"], response_model=Stats, summary="Counts of exchanges, topics and tokens")
     def stats(user_id: str) -> dict[str, Any]:

@@ -12,7 +12,8 @@ recall        the memory context to inject for a message, within max_tokens   re
 search        ranked exchanges for a query                                    read-only
 list_topics   browse the tree: the children of a theme (top level by default) read-only
 read_topic    a topic at a tier: 0 summary, 1 detailed summary, 2 verbatim    read-only
-forget        delete an exchange, or every exchange of a topic                destructive
+forget        delete an exchange, or every exchange of a topic (a theme of    destructive
+              several topics: a preview first, deleted with confirm=true)
 ============  ==============================================================  ============
 
 ``arbormem mcp --db PATH --user ID`` serves it over stdio (what desktop clients launch);
@@ -27,8 +28,9 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..errors import ArbormemError, NotFoundError, ValidationError
+from ..errors import ArbormemError, ConfirmationRequired, NotFoundError, ValidationError
 from ..memory import Memory
+from ..models import ForgetReport
 from . import views
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -145,21 +147,38 @@ def create_server(memory: Memory, user_id: str, *, name: str = "arbormem") -> An
 
     @server.tool(annotations=destructive)
     @errors
-    def forget(exchange_id: str | None = None, topic_id: str | None = None) -> dict[str, Any]:
-        """Permanently delete one exchange (exchange_id) or every exchange of a topic
-        (topic_id) from memory and all its indexes."""
+    def forget(exchange_id: str | None = None, topic_id: str | None = None,
+               confirm: bool = False) -> dict[str, Any]:
+        """Permanently delete one exchange (exchange_id), or every exchange filed under a topic
+        or theme (topic_id), from memory and all its indexes. Returns the ids deleted.
+        A theme holding several topics is not deleted without confirm=true: the answer is then
+        a preview (deleted is empty) listing exactly the exchanges and topics that would go;
+        show it to the user and call again with confirm=true only if they agree."""
         if (exchange_id is None) == (topic_id is None):
             raise ValidationError("pass exactly one of exchange_id and topic_id")
         if exchange_id is not None:
+            if confirm:
+                raise ValidationError("confirm applies to topic_id only")
             ids = [views.owned_exchange(memory, uid, exchange_id).id]
-        else:
-            assert topic_id is not None
-            ids = [e.id for e in views.topic_exchanges(memory, uid, topic_id, limit=100_000)]
-        for x in ids:
-            memory.delete(x)
-        return {"deleted": ids}
+            memory.delete(ids[0])
+            return {"deleted": ids}
+        assert topic_id is not None
+        try:
+            report = memory.forget_topic(topic_id, user_id=uid, confirm=confirm)
+        except ConfirmationRequired as exc:
+            return {"deleted": [], "confirmation_required": True, "message": str(exc),
+                    "preview": _forget_view(exc.report)}
+        return {"deleted": list(report.exchange_ids), "topic": _forget_view(report)}
 
     return server
+
+
+def _forget_view(report: ForgetReport) -> dict[str, Any]:
+    """A forget report for the model: what goes (or would go), and the counts."""
+    return {"topic_id": report.topic_id, "kind": report.kind, "path": list(report.path),
+            "exchange_ids": list(report.exchange_ids), "seqs": list(report.seqs),
+            "exchanges": report.exchange_count, "topics": report.topic_count,
+            "removed_topic_ids": list(report.removed_topic_ids), "applied": report.applied}
 
 
 def run(memory: Memory, user_id: str, *, http: bool = False, host: str = "127.0.0.1",

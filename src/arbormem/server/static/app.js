@@ -122,6 +122,39 @@ async function showTopic(id) {
   $("topic-detail-src").textContent = data.detail_source ? `(${data.detail_source})` : "";
   $("topic-packet").textContent = data.text || "";
   $("topic-exchanges").replaceChildren(...(data.exchanges || []).map((ex) => el("li", { "data-exchange": ex.id }, messageList(ex))));
+  state.shown = t.id;
+  state.forget = null;
+  $("forget-box").hidden = true;
+}
+
+// -- forgetting the shown topic or theme: preview first (the count), then delete exactly that ---
+const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+
+async function askForget() {
+  const id = state.shown;
+  if (!id) return;
+  const n = ticket("topic");
+  const p = await api("GET", userPath(`/topics/${encodeURIComponent(id)}/forget`));
+  if (stale("topic", n)) return;
+  state.forget = p;
+  $("forget-msg").textContent = `Delete ${plural(p.exchange_count, "exchange")} in ${plural(p.topic_count, "topic")}?`;
+  $("forget-list").replaceChildren(
+    el("li", {}, `${(p.path || []).join(" › ") || p.title} — this cannot be undone`),
+    el("li", {}, `exchanges #${p.seqs.join(", #")}`));
+  $("forget-box").hidden = false;
+}
+
+async function doForget() {
+  const p = state.forget;
+  if (!p) return;
+  // The server refuses (409) if the topic gained or lost exchanges since the preview.
+  const r = await api("DELETE", userPath(`/topics/${encodeURIComponent(p.topic_id)}?confirm=true&expect_exchanges=${p.exchange_count}`));
+  state.forget = null;
+  state.shown = null;
+  $("forget-box").hidden = true;
+  $("topic").hidden = true;
+  await loadTree();
+  status(`deleted ${plural(r.exchange_count, "exchange")} in ${plural(r.topic_count, "topic")}`);
 }
 
 // -- search and recall -----------------------------------------------------------------------
@@ -195,6 +228,9 @@ $("login").addEventListener("submit", guard(open));
 $("search-form").addEventListener("submit", guard(search));
 $("recall-form").addEventListener("submit", guard(recall));
 $("expand-all").addEventListener("click", expandAll);
+$("forget").addEventListener("click", guard(askForget));
+$("forget-yes").addEventListener("click", guard(doForget));
+$("forget-no").addEventListener("click", () => { state.forget = null; $("forget-box").hidden = true; });
 $("token").value = state.token;
 $("user").value = state.user;
 if (state.token) open();

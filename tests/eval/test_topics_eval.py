@@ -1,0 +1,51 @@
+"""`arbormem eval topics` / `eval subjects` and the segmentation metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from arbormem.cli import main
+from arbormem.eval import segmetrics as sm
+
+
+def test_metrics_on_known_cases() -> None:
+    gold = sm.labels_from_segments([4, 4])
+    assert sm.pk(gold, gold) == 0.0 and sm.window_diff(gold, gold) == 0.0
+    assert sm.pk(gold, [0] * 8) > 0
+    assert sm.v_measure(gold, gold)[2] == 1.0
+    assert sm.boundary_prf(gold, gold) == (1, 1, 1)
+    assert sm.texttiling(__import__("numpy").eye(4, dtype="float32")) is not None
+
+
+def test_eval_topics_and_subjects_cli(tmp_path: Path) -> None:
+    seg = [{"utterances": ["i need a hotel in the north", "the north has 3 hotels", "book it for two",
+                           "booked for two", "what is the weather in paris", "paris is sunny",
+                           "and tomorrow in paris", "rain tomorrow in paris"], "segments": [4, 4]}]
+    f = tmp_path / "seg.json"
+    f.write_text(json.dumps(seg))
+    out = tmp_path / "rep.json"
+    r = CliRunner().invoke(main, ["eval", "topics", str(f), "--embedder", "hash", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(out.read_text())
+    assert {row["system"] for row in rep["rows"]} == {"arbormem", "texttiling", "random", "one segment", "every exchange"}
+    assert "| arbormem |" in r.output
+    hist = [{"name": "h", "exchanges": [
+        {"session": "s1", "at": "2025-01-01T10:00:00+00:00", "user": "tomatoes compost allotment", "assistant": "compost the allotment", "subject": "garden"},
+        {"session": "s1", "at": "2025-01-01T10:05:00+00:00", "user": "allotment tomatoes watering", "assistant": "water tomatoes", "subject": "garden"},
+        {"session": "s2", "at": "2025-01-03T10:00:00+00:00", "user": "rust borrow checker", "assistant": "borrow checker rules", "subject": "rust"},
+    ]}]
+    h = tmp_path / "hist.json"
+    h.write_text(json.dumps(hist))
+    r = CliRunner().invoke(main, ["eval", "subjects", str(h), "--embedder", "hash"])
+    assert r.exit_code == 0, r.output
+    assert "top-level V" in r.output and "h:" in r.output
+
+
+def test_eval_topics_refuses_a_bad_file(tmp_path: Path) -> None:
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps([{"utterances": ["a", "b"], "segments": [3]}]))
+    r = CliRunner().invoke(main, ["eval", "topics", str(f), "--embedder", "hash"])
+    assert r.exit_code != 0 and "segments" in r.output

@@ -1,0 +1,180 @@
+"""Offline titles (organize/labels.py): noun phrases a person would write, never numbers,
+filler or pleasantries; themes named by what their topics share."""
+
+from __future__ import annotations
+
+import re
+
+from arbormem.organize.labels import (
+    UNTITLED,
+    exchange_phrase_counts,
+    is_phrase,
+    make_title,
+    merge_phrases,
+    phrase_counts,
+    phrase_words,
+    prune_phrases,
+    subtract_phrases,
+    theme_title,
+)
+from arbormem.text import STOPWORDS, terms
+
+PLEASANTRIES = {"thanks", "thank", "great", "sounds", "sure", "welcome", "please", "awesome",
+                "lol", "haha", "yeah", "cool", "nice", "hello", "hi", "hey", "okay", "ok"}
+
+
+def memory(*texts: str) -> tuple[dict[str, int], int]:
+    """Per-user document frequencies over ``texts`` (as the store keeps them)."""
+    df: dict[str, int] = {}
+    for t in texts:
+        for w in set(terms(t)):
+            df[w] = df.get(w, 0) + 1
+    return df, len(texts)
+
+
+def node(*exchanges: tuple[str, str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for user, assistant in exchanges:
+        out = merge_phrases(out, exchange_phrase_counts(user, assistant))
+    return out
+
+
+# A small memory of several subjects, so that document frequencies mean something.
+KITCHEN = [
+    ("We're redoing the kitchen. The kitchen renovation budget is 19,000 pounds, is that "
+     "realistic?", "For a mid-range kitchen renovation a budget of that size is realistic if "
+     "you keep the layout; moving plumbing is what blows a kitchen renovation budget."),
+    ("The quote for the worktops came in at 4,300. Quartz or laminate?",
+     "Quartz lasts longer but laminate keeps the kitchen renovation budget in check."),
+    ("Should the kitchen renovation budget include a contingency?",
+     "Yes: keep 10 to 15 percent of the kitchen renovation budget aside for surprises."),
+]
+MARATHON = [
+    ("I signed up for a half marathon in May. How should I start the half marathon training?",
+     "Build up slowly: three easy runs a week, one of them a long run, is a good start for "
+     "half marathon training."),
+    ("My long run is 12k now. Is that enough for a half marathon?",
+     "You're on track: most half marathon training plans peak around 18 to 20k."),
+]
+OTHER = [
+    ("Leo has a peanut allergy. What should the nursery know?",
+     "Give the nursery a written allergy plan and an adrenaline pen; peanut allergy "
+     "reactions can be fast."),
+    ("We're flying to Lisbon in June for four days.", "Lisbon in June is lovely; book the "
+     "tram tours early."),
+    ("Thanks! Sounds great.", "You're welcome, happy to help!"),
+    ("My Rust code won't compile: cannot borrow as mutable.",
+     "The borrow checker stops two mutable borrows; collect into a new vector first."),
+]
+ALL = [f"{u}\n{a}" for u, a in KITCHEN + MARATHON + OTHER]
+DF, N = memory(*ALL)
+
+
+def words(title: str) -> list[str]:
+    return re.findall(r"[^\W_]+(?:'[^\W_]+)?", title.lower())
+
+
+def test_kitchen_renovation_budget_is_titled_by_its_phrase() -> None:
+    title = make_title(node(*KITCHEN), DF, N, members=len(KITCHEN))
+    assert title == "Kitchen renovation budget"
+
+
+def test_half_marathon_training() -> None:
+    title = make_title(node(*MARATHON), DF, N, members=len(MARATHON))
+    assert title.startswith("Half marathon")
+
+
+def test_single_exchange_titles_read_like_a_person_s() -> None:
+    assert make_title(node(OTHER[0]), DF, N) == "Peanut allergy"
+    assert make_title(node(OTHER[1]), DF, N) == "Lisbon"
+    assert make_title(node(OTHER[3]), DF, N) == "Rust code"
+
+
+def test_pleasantries_never_title() -> None:
+    counts = node(OTHER[2])
+    assert not [k for k in counts if is_phrase(k)]
+    assert make_title(counts, DF, N) == UNTITLED
+    # Next to a real subject, the pleasantries leave no trace in the title.
+    title = make_title(node(OTHER[2], OTHER[0]), DF, N, members=2)
+    assert not set(words(title)) & PLEASANTRIES
+
+
+def test_numbers_never_title() -> None:
+    for text in ("19 300 7", "2 04 05 at 17th", "Offer 000 17th 19:30 3.5k £400", "seven twelve"):
+        counts = phrase_counts(text)
+        assert all(not any(ch.isdigit() for ch in k) for k in counts)
+        title = make_title(counts, DF, N)
+        assert not any(w.isdigit() for w in words(title))
+    assert make_title(phrase_counts("Offer 000 17th for the flat"), DF, N) in {"Offer", "Flat"}
+
+
+def test_stop_words_verbs_and_filler_are_not_phrases() -> None:
+    counts = phrase_counts("lol yeah I'm thinking we should really go, haha. Thanks so much!")
+    assert counts == {}
+    counts = phrase_counts("I'm planning a trip to Lisbon and painting the fence")
+    assert set(counts) >= {"trip", "lisbon", "fence"}
+    assert not {"planning", "painting", "planning trip"} & set(counts)
+
+
+def test_phrase_keys_and_case_hints() -> None:
+    counts = phrase_counts("We loved Lisbon. Maya's birthday party is in Lisbon, the CI image "
+                           "broke again.")
+    assert counts["lisbon"] == 2
+    assert counts["maya's birthday party"] == 1
+    assert counts["birthday party"] == 1
+    assert "Lisbon" in counts and "CI" in counts  # case hints: mid-sentence capitals
+    assert not is_phrase("Lisbon") and is_phrase("birthday party")
+    assert phrase_words(counts) >= {"maya", "birthday", "party", "lisbon"}
+    title = make_title(phrase_counts("Is the CI image too old? The CI image fails."), {}, 10)
+    assert title == "CI image"
+
+
+def test_names_used_to_address_someone_are_not_subjects() -> None:
+    counts = phrase_counts("Thanks, Gina! Hey Mel, how was Rome?")
+    assert "gina" not in counts and "mel" not in counts
+    assert "rome" in counts
+
+
+def test_common_words_of_the_whole_memory_weigh_little() -> None:
+    # "photo" is in every text of this user's memory; "pottery" only in some.
+    texts = [f"Here is a photo of my {x}." for x in ("dog", "garden", "car", "desk", "bike")]
+    texts += ["A photo from the pottery class.", "The pottery class photo again, the pottery."]
+    df, n = memory(*texts)
+    counts = node(("A photo from the pottery class.", "The pottery class photo again.")
+                  )
+    assert make_title(counts, df, n, members=1).lower().startswith("pottery")
+
+
+def test_theme_names_what_its_topics_share() -> None:
+    kids = [
+        node(MARATHON[0]),
+        node(MARATHON[1]),
+        node(("Knee hurts after my half marathon long run.", "Rest it and see a physio.")),
+    ]
+    assert theme_title(kids, DF, N).startswith("Half marathon")
+    # One child: the theme is titled as that child.
+    assert theme_title([kids[0]], DF, N) == make_title(kids[0], DF, N)
+    assert theme_title([], DF, N) == UNTITLED
+
+
+def test_prune_and_merge_keep_counters_bounded_and_summable() -> None:
+    a = node(*KITCHEN)
+    b = node(*MARATHON)
+    merged = merge_phrases(a, b)
+    assert merged["kitchen renovation budget"] == a["kitchen renovation budget"]
+    assert all(merged[k] == a.get(k, 0) + b.get(k, 0) for k in merged)
+    assert subtract_phrases(merged, b) == a
+    small = prune_phrases(merged, 16)
+    assert len(small) == 16
+    assert make_title(small, DF, N, members=5) in {"Kitchen renovation budget",
+                                                   "Half marathon training", "Half marathon"}
+
+
+def test_titles_are_deterministic_and_short() -> None:
+    counts = node(*(KITCHEN + MARATHON + OTHER))
+    first = make_title(counts, DF, N, members=9)
+    reordered = dict(sorted(counts.items(), reverse=True))
+    assert make_title(reordered, DF, N, members=9) == first
+    assert make_title(counts, lambda w: DF.get(w, 0), N, members=9) == first
+    assert 0 < len(first) <= 40 and first[0].isupper()
+    assert first.lower() not in STOPWORDS
