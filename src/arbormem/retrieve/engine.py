@@ -198,8 +198,12 @@ class Retriever:
         ``exact_max_hits`` exchanges, other words when in at most ``exact_max_df``.
         Returns the exchanges lifted.
         """
-        df = self.store.get_term_df(user_id, list(terms))
-        exact = [t for t in dict.fromkeys(terms) if 0 < df.get(t, 0)
+        # Without rare words in play, a query with no identifier costs nothing here.
+        asked = [t for t in dict.fromkeys(terms) if self.s.exact_max_df > 0 or identifier_like(t)]
+        if not asked:
+            return []
+        df = self.store.get_term_df(user_id, asked)
+        exact = [t for t in asked if 0 < df.get(t, 0)
                  and df[t] <= (self.s.exact_max_hits if identifier_like(t) else self.s.exact_max_df)]
         if not exact:
             return []
