@@ -150,3 +150,15 @@ def test_rebuild_tree_replaces_topics_and_keeps_every_exchange(tmp_path) -> None
         assert all(e.topic_id for e in after)
         assert out == {"u": expected}  # the same placement gives the same segmentation
         _check_structure(mem, "u", 8)
+
+
+def test_identical_builds_give_identical_trees() -> None:
+    def shape(mem: Memory) -> list[tuple[int, str, int, int | None]]:
+        return [(len(n.path), n.title, n.size, n.start_seq) for n in mem.tree(user_id="u").walk()]
+
+    shapes = []
+    for _ in range(2):
+        with Memory(":memory:", embedder=HashEmbedder(), settings=Settings(tree={"max_children": 3, "root_children": 4})) as mem:
+            mem.add_many(_conversation(200, seed=5), user_id="u")
+            shapes.append(shape(mem))
+    assert shapes[0] == shapes[1]

@@ -77,6 +77,9 @@ class TreeSession:
         self._deleted: set[str] = set()
         self._to_summarise: set[str] = set()
         self._vecs: dict[str, np.ndarray] = {}
+        # Creation order of the nodes made by this unit of work: new rows are written in it
+        # (ids are random, so ordering by id would give identical builds different shapes).
+        self._born: dict[str, int] = {}
         # Exchanges placed earlier whose topic this unit of work changed (segmentation lag).
         self.moved: dict[str, str] = {}
         self.root = self._load_root()
@@ -131,6 +134,7 @@ class TreeSession:
                           parent_id=parent.id, created_seq=seq)
         self._nodes[rec.id] = rec
         self._kids[rec.id] = []
+        self._born[rec.id] = len(self._born)
         self.children(parent)
         self._kids[parent.id].append(rec.id)
         self._dirty.add(rec.id)
@@ -550,7 +554,7 @@ class TreeSession:
         changed = True
         while changed:
             changed = False
-            for nid in sorted(self._dirty):
+            for nid in sorted(self._dirty, key=lambda i: (self._born.get(i, -1), i)):
                 node = self._nodes.get(nid)
                 if node is None or node.kind != "theme" or nid in self._deleted:
                     continue
@@ -623,7 +627,7 @@ class TreeSession:
         # Deepest first: a theme's summary and frozen flag are computed from its children,
         # which must be final by then (set order would make the stored tree vary run to run).
         dirty = sorted((self._nodes[i] for i in self._dirty if i in self._nodes),
-                       key=lambda n: (-len(self.ancestors(n)), n.created_seq, n.id))
+                       key=lambda n: (-len(self.ancestors(n)), n.created_seq, self._born.get(n.id, -1), n.id))
         n_docs = max(1, self.root.size)
         wanted = {t for node in dirty for t in node.terms}
         for node in dirty:
