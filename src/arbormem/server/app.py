@@ -19,6 +19,7 @@ concurrent requests without blocking the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from contextlib import asynccontextmanager
@@ -346,7 +347,37 @@ class _Guard:
 
     @staticmethod
     async def _send(scope: Any, receive: Any, send: Any, response: Response) -> None:
+        if response.status_code in (413, 422):
+            await _linger(receive)
         await response(scope, receive, send)
+
+
+# Before refusing a body, read (and drop) a little more of it, as web servers' "lingering
+# close" does: the server closes the connection after the answer, a socket closed with unread
+# data is reset, and the reset can destroy the answer before the client has read it (seen as
+# "connection reset by peer" for a body just over the limit). Bounded in bytes and time, so a
+# huge upload is still cut off after at most _LINGER_BYTES more.
+_LINGER_BYTES = 1 << 20
+_LINGER_SECONDS = 1.0
+
+
+async def _linger(receive: Any) -> None:
+    drained = 0
+    loop = asyncio.get_running_loop()
+    until = loop.time() + _LINGER_SECONDS
+    try:
+        while drained < _LINGER_BYTES:
+            left = until - loop.time()
+            if left <= 0:
+                return
+            message = await asyncio.wait_for(receive(), left)
+            if message.get("type") != "http.request":
+                return
+            drained += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
+    except (TimeoutError, asyncio.TimeoutError, OSError, RuntimeError):
+        return
 
 
 # A refused body is not read to its end: the connection cannot carry another request, so it is
