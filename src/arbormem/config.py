@@ -42,7 +42,6 @@ class TreeSettings(BaseModel):
     # next one stay in the topic when their average link (mean cosine, MiniLM) to the rest of
     # it is at least this; otherwise a new topic starts at the newest exchange.
     continue_threshold: float = 0.15
-    continue_relative: float = 0.0
     # Judge the newest exchange together with the next one (one exchange of lag).
     lookahead: bool = False
     # A new run rejoins an earlier topic (same thread) at this average link ...

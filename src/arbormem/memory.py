@@ -734,7 +734,7 @@ class Memory:
         out: dict[str, int] = {}
         for uid in users:
             with self.store.transaction(uid):
-                exs = [e for e in self.store.list_exchanges(uid, status="completed")]
+                exs = self.store.list_exchanges(uid, status="completed")
                 vecs = self.store.get_vectors(uid, "exchange", [e.id for e in exs])
                 for t in self.store.list_topics(uid):
                     self.store.delete_topic(t.id)
@@ -743,9 +743,9 @@ class Memory:
                     vec = vecs.get(e.id)
                     if vec is None:
                         continue
-                    bare = dataclasses.replace(e, topic_id=None)
-                    self.store.update_exchange(bare)
-                    topic_id = tree.place(bare, vec, term_counts(e.text))
+                    # Rows still name the dropped topics until placed: no new topic has their
+                    # ids, so spans recomputed meanwhile never count them.
+                    topic_id = tree.place(dataclasses.replace(e, topic_id=None), vec, term_counts(e.text))
                     self.store.update_exchange(dataclasses.replace(e, topic_id=topic_id))
                 tree.flush()
                 out[uid] = sum(1 for t in self.store.list_topics(uid) if t.kind == "topic")

@@ -262,22 +262,9 @@ def refresh(tree: TreeSession, nodes: Iterable[TopicRecord]) -> None:
         if node.id in tree._deleted:
             continue
         if node.kind == "theme" and not tree.children(node):
-            _drop(tree, node)
+            tree.drop(node)
         elif node.kind == "theme":
             tree._recompute(node)
-
-
-def _drop(tree: TreeSession, node: TopicRecord) -> None:
-    parent = tree.get(node.parent_id) if node.parent_id else None
-    if parent is not None:
-        tree.children(parent)
-        if node.id in tree._kids[parent.id]:
-            tree._kids[parent.id].remove(node.id)
-        tree._dirty.add(parent.id)
-    tree._deleted.add(node.id)
-    tree._dirty.discard(node.id)
-    tree._to_summarise.discard(node.id)
-    tree._nodes.pop(node.id, None)
 
 
 def _rebuild_leaf(store: Store, tree: TreeSession, leaf: TopicRecord) -> None:
@@ -490,7 +477,7 @@ def merge_topics(store: Store, tree: TreeSession, survivor: TopicRecord, absorbe
     tree._dirty.add(survivor.id)
     tree._to_summarise.add(survivor.id)
     parent = tree.get(absorbed.parent_id) if absorbed.parent_id else None
-    _drop(tree, absorbed)
+    tree.drop(absorbed)
     touched = [n for n in (parent, tree.get(survivor.parent_id) if survivor.parent_id else None) if n is not None]
     if defer is None:
         refresh(tree, touched)

@@ -58,12 +58,6 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-def _cos(a: np.ndarray | None, b: np.ndarray) -> float:
-    if a is None:
-        return -1.0
-    return float(a @ b)
-
-
 class TreeSession:
     """Unit of work over one user's tree; call inside ``store.transaction(user_id)``."""
 
@@ -191,7 +185,7 @@ class TreeSession:
                 target = None
         elif cur is not None and self.s.lookahead:
             target = self._settle(cur, (ex, vec)) or cur
-        elif cur is not None and self._link(vec, 1, cur) < self._continue_floor(cur):
+        elif cur is not None and self._link(vec, 1, cur) < self.s.continue_threshold:
             self.close(cur)
             target = None
         else:
@@ -210,18 +204,6 @@ class TreeSession:
             self._dirty.add(self.root.id)
         self._dirty.add(target.id)
         return target.id
-
-    def _continue_floor(self, cur: TopicRecord) -> float:
-        """The link an exchange needs to continue ``cur``: ``continue_threshold``, raised for a
-        tight topic to ``continue_relative`` x its cohesion (the mean cosine between its own
-        exchanges), so a verbose, focused topic is left at a smaller drift than a topic of
-        short replies whose exchanges share few words."""
-        floor = self.s.continue_threshold
-        n = cur.size
-        if n >= 2 and cur.vec_sum is not None and self.s.continue_relative > 0:
-            cohesion = (float(cur.vec_sum @ cur.vec_sum) - n) / (n * (n - 1))
-            floor = max(floor, self.s.continue_relative * cohesion)
-        return floor
 
     def _hard_break(self, cur: TopicRecord, ex: Exchange) -> bool:
         if cur.size >= self.s.max_topic_size:
@@ -380,7 +362,7 @@ class TreeSession:
         old_parent = self.get(leaf.parent_id) if leaf.parent_id else None
         if home.thread is not None and home.thread.id != leaf.id:
             target = home.thread
-            members = [e for e in self.store.list_exchanges(self.user_id, topic_id=leaf.id)]
+            members = self.store.list_exchanges(self.user_id, topic_id=leaf.id)
             vecs = self.store.get_vectors(self.user_id, "exchange", [e.id for e in members])
             vecs.update({e.id: self._vecs[e.id] for e in members if e.id in self._vecs})
             for e in members:
@@ -450,6 +432,7 @@ class TreeSession:
 
             drop_aliases(self.store, leaf)
         chain = [leaf, *self.ancestors(leaf)]
+        phrases = labels.exchange_phrase_counts(ex.user_text, ex.assistant_text)
         for node in chain:
             if vec is not None and node.vec_sum is not None:
                 node.vec_sum = node.vec_sum - vec
@@ -457,27 +440,32 @@ class TreeSession:
             if node.kind != "root":
                 node.terms = {t: c - counts.get(t, 0) for t, c in node.terms.items() if c - counts.get(t, 0) > 0}
                 if node.meta.get(PHRASES):
-                    node.meta[PHRASES] = labels.subtract_phrases(
-                        node.meta[PHRASES], labels.exchange_phrase_counts(ex.user_text, ex.assistant_text))
+                    node.meta[PHRASES] = labels.subtract_phrases(node.meta[PHRASES], phrases)
             self._dirty.add(node.id)
         self._recompute_span(leaf)
         # Its summary may quote the removed exchange: rewritten from what is left at flush.
         self._to_summarise.add(leaf.id)
         # Drop nodes that became empty, bottom-up (the root stays).
         for node in chain:
-            if node.kind == "root" or node.size > 0:
-                continue
-            parent = self.get(node.parent_id) if node.parent_id else None
-            if parent is not None:
-                self.children(parent)
-                if node.id in self._kids[parent.id]:
-                    self._kids[parent.id].remove(node.id)
-            if self.root.meta.get("current") == node.id:
-                self.root.meta.pop("current", None)
-                self._dirty.add(self.root.id)
-            self._deleted.add(node.id)
-            self._dirty.discard(node.id)
-            self._nodes.pop(node.id, None)
+            if node.kind != "root" and node.size <= 0:
+                self.drop(node)
+
+    def drop(self, node: TopicRecord) -> None:
+        """Take ``node`` out of the tree (its row and index entries go at ``flush``). Its
+        children, if any, must have been moved away first."""
+        parent = self.get(node.parent_id) if node.parent_id else None
+        if parent is not None:
+            self.children(parent)
+            if node.id in self._kids[parent.id]:
+                self._kids[parent.id].remove(node.id)
+            self._dirty.add(parent.id)
+        if self.root.meta.get("current") == node.id:
+            self.root.meta.pop("current", None)
+            self._dirty.add(self.root.id)
+        self._deleted.add(node.id)
+        self._dirty.discard(node.id)
+        self._to_summarise.discard(node.id)
+        self._nodes.pop(node.id, None)
 
     def move(self, ex: Exchange, vec: np.ndarray | None, counts: Mapping[str, int], target: TopicRecord) -> None:
         """Move a completed exchange to another leaf (re-segmentation), keeping every
@@ -566,13 +554,7 @@ class TreeSession:
                     continue
                 for kid in kids:
                     self._reparent(kid, parent)
-                self.children(parent)
-                if node.id in self._kids[parent.id]:
-                    self._kids[parent.id].remove(node.id)
-                self._dirty.add(parent.id)
-                self._deleted.add(node.id)
-                self._dirty.discard(node.id)
-                self._nodes.pop(node.id, None)
+                self.drop(node)
                 changed = True
                 break
 
