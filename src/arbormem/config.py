@@ -41,7 +41,11 @@ class TreeSettings(BaseModel):
     # Segmentation (organize/tree.py, docs/tree.md): the open topic's newest exchange and the
     # next one stay in the topic when their average link (mean cosine, MiniLM) to the rest of
     # it is at least this; otherwise a new topic starts at the newest exchange.
-    continue_threshold: float = 0.15
+    continue_threshold: float = 0.22
+    # ... but a short reply (at most ``reply_words`` words: "Monday at 11.", "yes please")
+    # continues at this lower link: its vector is too thin to tell a shift (docs/tree.md).
+    reply_threshold: float = 0.15
+    reply_words: int = 6
     # Judge the newest exchange together with the next one (one exchange of lag).
     lookahead: bool = False
     # A new run rejoins an earlier topic (same thread) at this average link ...

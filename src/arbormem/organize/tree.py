@@ -52,6 +52,8 @@ THEME_TERMS = 128
 KEYWORDS = 8
 # Topic meta key of the node's bounded phrase counter (titles, organize/labels.py).
 PHRASES = "phrases"
+# [size, children] when the offline title was last computed (see TreeSession._title_due).
+TITLED = "titled"
 
 
 def new_id(prefix: str) -> str:
@@ -185,7 +187,7 @@ class TreeSession:
                 target = None
         elif cur is not None and self.s.lookahead:
             target = self._settle(cur, (ex, vec)) or cur
-        elif cur is not None and self._link(vec, 1, cur) < self.s.continue_threshold:
+        elif cur is not None and self._link(vec, 1, cur) < self._continue_at(ex):
             self.close(cur)
             target = None
         else:
@@ -204,6 +206,16 @@ class TreeSession:
             self._dirty.add(self.root.id)
         self._dirty.add(target.id)
         return target.id
+
+    def _continue_at(self, ex: Exchange) -> float:
+        """The average link at which ``ex`` continues the open topic: lower for a short reply.
+        On the development sets a single threshold traded task dialogues (short replies that
+        must continue their booking: they want ~0.15) against subject histories (full
+        messages that open a new subject at 0.15-0.22: they want ~0.22); by length, both
+        improve (docs/tree.md)."""
+        if len(_WORDS.findall(ex.user_text[:400])) <= self.s.reply_words:
+            return self.s.reply_threshold
+        return self.s.continue_threshold
 
     def _hard_break(self, cur: TopicRecord, ex: Exchange) -> bool:
         if cur.size >= self.s.max_topic_size:
@@ -525,7 +537,12 @@ class TreeSession:
         dim = next(c.vec_sum.shape[0] for c in kids if c.vec_sum is not None)
         zero = np.zeros(dim, dtype=np.float32)
         vecs = np.stack([_or(c.centroid(), zero) for c in kids])
-        for group in balanced_groups(vecs, k, cap):
+        groups = balanced_groups(vecs, k, cap)
+        parent = self.get(node.parent_id) if node.parent_id else None
+        if node.kind == "theme" and parent is not None and parent.kind == "theme":
+            self._split_up(node, parent, [[kids[j] for j in g] for g in groups], seq)
+            return
+        for group in groups:
             if len(group) < 2:
                 continue
             theme = self._create("theme", node, seq)
@@ -536,6 +553,31 @@ class TreeSession:
                 "from": node.id, "children": [kids[j].id for j in group], "reason": "fan-out",
                 "max_children": self.s.max_children,
             })
+
+    def _split_up(self, node: TopicRecord, parent: TopicRecord, groups: list[list[TopicRecord]],
+                  seq: int) -> None:
+        """Split a full sub-theme into siblings under its parent, as a B-tree splits a full
+        node: ``node`` keeps its largest group, each other group becomes a new sibling theme
+        (a lone child moves up itself), and the parent's fan-out is bounded in turn. Pushing
+        a level down at every overflow instead would grow depth linearly with a subject's
+        topics (a 10k-exchange memory of one subject reached depth 37); splitting upward adds
+        a level only when a subject's top theme itself overflows, so depth stays logarithmic.
+        The ancestors' aggregates do not change: the same exchanges stay below them."""
+        groups = sorted((g for g in groups if g), key=len, reverse=True)
+        for group in groups[1:]:
+            if len(group) == 1:
+                self._reparent(group[0], parent)
+                continue
+            sib = self._create("theme", parent, seq)
+            for kid in group:
+                self._reparent(kid, sib)
+            self._recompute(sib)
+            self.store.log_change(self.user_id, "split", sib.id, {
+                "from": node.id, "children": [kid.id for kid in group], "reason": "fan-out",
+                "max_children": self.s.max_children,
+            })
+        self._recompute(node)
+        self._bound_fanout(parent, seq)
 
     def _dissolve_chains(self) -> None:
         """A theme with one child is that child (no single-child chains); an empty one goes."""
@@ -619,7 +661,9 @@ class TreeSession:
             if node.kind == "root" or _llm_labelled(node):
                 continue
             node.keywords = top_terms(node.terms, df, n_docs, KEYWORDS)
-            node.title = self._title(node, df, n_docs)
+            if self._title_due(node):
+                node.title = self._title(node, df, n_docs)
+                node.meta[TITLED] = [node.size, len(self.children(node)) if node.kind == "theme" else 0]
             if node.id in self._to_summarise and node.kind == "topic":
                 node.summary = self._extractive_summary(node, df, n_docs)
             elif node.kind == "theme":
@@ -643,6 +687,20 @@ class TreeSession:
         self._deleted.clear()
         self._to_summarise.clear()
         return ids
+
+    def _title_due(self, node: TopicRecord) -> bool:
+        """Whether the offline title must be recomputed: always for a closing or small node,
+        otherwise once its size moved by an eighth or its children changed. Titling every
+        ancestor on every exchange cost ~3 ms per theme (phrase ranking) and made one-by-one
+        ingest 4x slower than embedding; a big node's best phrase does not change with one
+        more exchange."""
+        if not node.title or node.id in self._to_summarise:
+            return True
+        at = node.meta.get(TITLED)
+        if not isinstance(at, list) or len(at) != 2:
+            return True
+        kids = len(self.children(node)) if node.kind == "theme" else 0
+        return bool(kids != at[1] or abs(node.size - at[0]) * 8 >= max(1, at[0]))
 
     def _title(self, node: TopicRecord, df: Mapping[str, int], n_docs: int) -> str:
         """A noun phrase from the node's own text (organize/labels.py); a theme's names what
