@@ -90,3 +90,19 @@ def test_filters_on_recall_and_search(mem: Memory) -> None:
         mem.search("boiler", user_id="u", metadata={"x": [1]})
     with pytest.raises(ValidationError):
         mem.search("boiler", user_id="u", since="2026-01-02", until="2026-01-01")
+
+
+def test_async_takes_the_same_filters(mem: Memory) -> None:
+    import asyncio
+
+    from arbormem import AsyncMemory
+
+    async def run() -> tuple[list[str], list[str]]:
+        amem = AsyncMemory(memory=mem)
+        hits = await amem.search("boiler code", user_id="u", session_id="s3", min_relevance=0)
+        r = await amem.recall("zzzqqq", user_id="u", min_relevance=0.3, recent=0)
+        return [h.exchange.id for h in hits], [e.id for e in r.exchanges]
+
+    hits, packed = asyncio.run(run())
+    assert hits == [h.exchange.id for h in mem.search("boiler code", user_id="u", session_id="s3", min_relevance=0)]
+    assert packed == []
