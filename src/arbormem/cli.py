@@ -207,22 +207,60 @@ def read_import_file(path: Path) -> list[dict[str, Any]]:
     return data
 
 
+def filter_options(f: Any) -> Any:
+    """``--session``, ``--since``, ``--until``, ``--meta KEY=VALUE`` and ``--min-relevance`` of
+    recall and search (issue 18); they arrive as one ``filters`` dict of Memory arguments."""
+    opts = [
+        click.option("--min-relevance", type=float, default=None,
+                     help="Relevance floor (default: the embedder's calibrated one); 0 fills the budget."),
+        click.option("--meta", multiple=True, metavar="KEY=VALUE",
+                     help="Only exchanges whose metadata KEY equals VALUE (JSON scalar, else text); repeatable."),
+        click.option("--until", default=None, help="Only exchanges before this ISO 8601 time."),
+        click.option("--since", default=None, help="Only exchanges at or after this ISO 8601 time."),
+        click.option("--session", "session_id", default=None, help="Only exchanges of this session id."),
+    ]
+    for opt in opts:
+        f = opt(f)
+    return f
+
+
+def _filters(session_id: str | None, since: str | None, until: str | None, meta: tuple[str, ...],
+             min_relevance: float | None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {}
+    for item in meta:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--meta")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        metadata[key] = raw if isinstance(value, (dict, list)) else value
+    return {"session_id": session_id, "since": since, "until": until, "metadata": metadata or None,
+            "min_relevance": min_relevance}
+
+
 @main.command(help="Print the memory context recall would inject for a message.")
 @click.argument("query")
 @db_option
 @user_option
 @embedder_option
 @click.option("--max-tokens", default=1024, show_default=True)
+@filter_options
 @json_option
 @_errors
-def recall(query: str, db: str | None, user_id: str, embedder: str | None, max_tokens: int, as_json: bool) -> None:
+def recall(query: str, db: str | None, user_id: str, embedder: str | None, max_tokens: int, as_json: bool,
+           session_id: str | None, since: str | None, until: str | None, meta: tuple[str, ...],
+           min_relevance: float | None) -> None:
+    filters = _filters(session_id, since, until, meta, min_relevance)
     with _memory(db, embedder) as mem:
-        r = mem.recall(query, user_id=user_id, max_tokens=max_tokens)
+        r = mem.recall(query, user_id=user_id, max_tokens=max_tokens, **filters)
     if as_json:
         _print_json(r.to_dict())
     else:
         click.echo(r.text or "(no memory)")
-        click.echo(f"-- {r.tokens} tokens, {len(r.exchanges)} exchanges, {len(r.topics)} topics", err=True)
+        click.echo(f"-- {r.tokens} tokens, {len(r.exchanges)} exchanges, {len(r.topics)} topics; "
+                   f"{r.trace.stopped}", err=True)
 
 
 @main.command(help="Ranked exchanges matching a query.")
@@ -231,14 +269,20 @@ def recall(query: str, db: str | None, user_id: str, embedder: str | None, max_t
 @user_option
 @embedder_option
 @click.option("--limit", default=10, show_default=True)
+@filter_options
 @json_option
 @_errors
-def search(query: str, db: str | None, user_id: str, embedder: str | None, limit: int, as_json: bool) -> None:
+def search(query: str, db: str | None, user_id: str, embedder: str | None, limit: int, as_json: bool,
+           session_id: str | None, since: str | None, until: str | None, meta: tuple[str, ...],
+           min_relevance: float | None) -> None:
+    filters = _filters(session_id, since, until, meta, min_relevance)
     with _memory(db, embedder) as mem:
-        hits = mem.search(query, user_id=user_id, limit=limit)
+        hits = mem.search(query, user_id=user_id, limit=limit, **filters)
     if as_json:
         _print_json([h.to_dict() for h in hits])
         return
+    if not hits:
+        click.echo("(no match)", err=True)
     for h in hits:
         path = " › ".join(h.path)
         click.echo(f"{h.score:.4f}  #{h.exchange.seq}  [{path}]  {h.exchange.user_text[:100]}")

@@ -98,6 +98,17 @@ class RecallSettings(BaseModel):
     # have taken this share of the budget.
     speaker_focus: bool = True
     speaker_focus_share: float = 0.33
+    # Relevance floor (issue 18; docs/recall.md, "Relevance floor"): a candidate's relevance is
+    # its dense cosine + relevance_coverage x the share of the query's terms one of its messages
+    # holds. A query whose best candidate is below min_relevance gets no exchange beyond the
+    # recent window (and search() no hit); one that reaches it gets every candidate above
+    # floor_share x min_relevance, by the usual ranking. Calibrated by
+    # scripts/calibrate_relevance.py for the bundled MiniLM (Embedder.relevance_floor); None
+    # takes the embedder's calibrated floor (none for an uncalibrated model: off), 0 turns the
+    # floor off (budget filling).
+    min_relevance: float | None = Field(default=None, ge=0)
+    relevance_coverage: float = Field(default=0.3, ge=0)
+    floor_share: float = Field(default=0.33, ge=0, le=1)
 
 
 class Limits(BaseModel):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
 import time
 from collections import Counter
@@ -385,21 +386,32 @@ class Memory:
     # -- read path ------------------------------------------------------------------------------
     def recall(
         self, query: str, *, user_id: str, max_tokens: int | None = None, recent: int | None = None,
-        use_llm: bool = True,
+        use_llm: bool = True, session_id: str | None = None, since: datetime | str | None = None,
+        until: datetime | str | None = None, metadata: Mapping[str, Any] | None = None,
+        min_relevance: float | None = None,
     ) -> Recall:
         """The memory context to inject for a new user message, within ``max_tokens``.
 
+        Only exchanges relevant to the query are packed: when none reaches the relevance floor
+        (``min_relevance``, default ``settings.recall.min_relevance``; 0 fills the budget as
+        far as the ranking goes) the context holds the recent window only and
+        ``trace.stopped`` says so. ``session_id``, ``since`` / ``until`` (``since <= time <
+        until``) and ``metadata`` (key equality) restrict every exchange it may return,
+        the recent window included.
         With an LLM configured (and ``use_llm``), one LLM call plans the recall; if it fails,
         the offline ranking is used and ``trace.notes`` says so."""
         uid = v.user_id(user_id)
         body = v.text(query, "query", self.settings.max_message_chars)
         budget = v.integer(self.settings.recall.max_tokens if max_tokens is None else max_tokens, "max_tokens")
         n_recent = v.integer(self.settings.recall.recent if recent is None else recent, "recent")
+        where = v.exchange_filter(session_id, since, until, metadata)
+        floor = _relevance(min_relevance)
         self._check_embedder()
         planner = (RecallPlanner(self.llm, deadline=self.settings.llm.recall_deadline)
                    if self.llm is not None and use_llm else None)
         return self.retriever.recall(uid, body, budget, n_recent,
-                                     lambda rec, path: _topic(rec, len(path), path, ()), planner)
+                                     lambda rec, path: _topic(rec, len(path), path, ()), planner,
+                                     where=where, min_relevance=floor)
 
     # -- organiser ------------------------------------------------------------------------------
     def organize(self, user_id: str, *, limit: int = 50, segment: bool = False) -> EnrichReport:
@@ -488,13 +500,18 @@ class Memory:
         """Recent LLM calls (role, model, input size, raw output, error), oldest first."""
         return [] if self.llm is None else self.llm.log(failures_only=failures_only)
 
-    def search(self, query: str, *, user_id: str, limit: int = 10) -> list[Hit]:
-        """Ranked exchanges for ``query`` (hybrid lexical + dense, topic-aware)."""
+    def search(self, query: str, *, user_id: str, limit: int = 10, session_id: str | None = None,
+               since: datetime | str | None = None, until: datetime | str | None = None,
+               metadata: Mapping[str, Any] | None = None, min_relevance: float | None = None) -> list[Hit]:
+        """Ranked exchanges for ``query`` (hybrid lexical + dense, topic-aware); ``[]`` when
+        nothing reaches the relevance floor. Filters and ``min_relevance`` as in ``recall``."""
         uid = v.user_id(user_id)
         body = v.text(query, "query", self.settings.max_message_chars)
         v.integer(limit, "limit", 1, 1000)
+        where = v.exchange_filter(session_id, since, until, metadata)
+        floor = _relevance(min_relevance)
         self._check_embedder()
-        return self.retriever.search(uid, body, limit)
+        return self.retriever.search(uid, body, limit, where, floor)
 
     def get(self, exchange_id: str) -> Exchange:
         """The exchange with this id; NotFoundError if there is none."""
@@ -871,6 +888,15 @@ class Memory:
         if self.llm is not None:  # the LLM call log may quote the user's text
             self.llm.clear_log()
         return n
+
+
+def _relevance(value: object) -> float | None:
+    """A ``min_relevance`` argument: None (the setting) or a finite number >= 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValidationError("min_relevance must be a finite number >= 0")
+    return float(value)
 
 
 def _topic(rec: TopicRecord, depth: int, path: tuple[str, ...], children: tuple[Topic, ...]) -> Topic:

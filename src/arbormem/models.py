@@ -120,6 +120,10 @@ class Hit(_Serializable):
     # the query's time window), "neighbour" (fetched beside a strong hit), "feedback" (lifted
     # by the best hits' terms; retrieve/engine.py).
     sources: tuple[str, ...] = ()
+    # Calibrated relevance to the query (dense cosine + a share of the query's terms one
+    # message holds): comparable across queries and memories, unlike ``score``; the
+    # relevance floor reads it (docs/recall.md, "Relevance floor").
+    relevance: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,12 @@ class RecallTrace(_Serializable):
     budget: int
     dropped: int
     notes: tuple[str, ...] = ()
+    #: The relevance floor applied (0: off), the best candidate's relevance, how many
+    #: candidates the floor left out, and where and why packing stopped (docs/recall.md).
+    min_relevance: float = 0.0
+    best_relevance: float = 0.0
+    below_floor: int = 0
+    stopped: str = ""
 
 
 @dataclass(frozen=True)

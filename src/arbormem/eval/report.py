@@ -42,8 +42,9 @@ def _pyplot() -> Any:
 
 
 def locomo_markdown(rep: LocomoReport) -> str:
-    """The LoCoMo report: recall by budget for every system, arbormem's lead, per category."""
-    from .runner import ARBORMEM, SYSTEM_LABELS
+    """The LoCoMo report: recall by budget for every system, arbormem's lead, per category,
+    the relevance floor's cost and the null-question check."""
+    from .runner import ARBORMEM, ARBORMEM_NOFLOOR, NULL_SHARE, OURS, SYSTEM_LABELS
 
     budgets = rep.budgets
     head = ["system", *[f"{b}" for b in budgets]]
@@ -85,6 +86,25 @@ def locomo_markdown(rep: LocomoReport) -> str:
                          for (s, b), recall in per.items()]
             out += ["Evidence recall per conversation:", "",
                     _table(["system @ budget", *convs], conv_rows), ""]
+    if all(s in rep.systems for s in OURS):
+        out += [f"Cost of the relevance floor (min_relevance {rep.min_relevance:g}): evidence recall / mean "
+                "context tokens, floor on (the default) and off (min_relevance 0, the budget filled):", "",
+                _table(head, [[SYSTEM_LABELS.get(s, s),
+                               *[f"{rep.score(s, b).evidence_recall:.3f} / {rep.score(s, b).mean_tokens:.0f}"
+                                 for b in budgets]] for s in OURS]
+                       + [["change with the floor",
+                           *[f"{rep.score(ARBORMEM, b).evidence_recall - rep.score(ARBORMEM_NOFLOOR, b).evidence_recall:+.3f}"
+                             f" / {rep.score(ARBORMEM, b).mean_tokens - rep.score(ARBORMEM_NOFLOOR, b).mean_tokens:+.0f}"
+                             for b in budgets]]]), ""]
+    if rep.null_check:
+        n = rep.null_check[0].questions
+        out += [f"Null questions: each conversation's memory asked the other conversations' questions "
+                f"({n} asks; nothing in the memory answers them). Share answered with <= {NULL_SHARE:.0%} "
+                "of the budget, mean tokens, and share of search() calls with no hit:", "",
+                _table(["floor", "budget", "answered with <= 15% of the budget", "mean tokens",
+                        "search() with no hit"],
+                       [["on" if x.floor else "off", x.budget, f"{x.quiet_share:.3f}", f"{x.mean_tokens:.0f}",
+                         f"{x.search_empty_share:.3f}"] for x in rep.null_check]), ""]
     out += ["recall_all (share of questions with every evidence turn present):", ""]
     out.append(_table(head, [
         [SYSTEM_LABELS.get(s, s), *[f"{rep.score(s, b).recall_all:.3f}" for b in budgets]]

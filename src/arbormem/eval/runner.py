@@ -31,10 +31,18 @@ if TYPE_CHECKING:
 
 DEFAULT_BUDGETS = (256, 512, 1024, 2048, 4096)
 ARBORMEM = "arbormem"
+#: arbormem with the relevance floor off (``min_relevance=0``: the budget filled), the cost side.
+ARBORMEM_NOFLOOR = "arbormem-nofloor"
+OURS = (ARBORMEM, ARBORMEM_NOFLOOR)
 BASELINES = FlatIndex.SYSTEMS
-SYSTEMS = (ARBORMEM, *BASELINES)
+SYSTEMS = (ARBORMEM, ARBORMEM_NOFLOOR, *BASELINES)
+#: The null-question check: budgets asked, and the share of a budget that counts as "answered
+#: with next to nothing" (the recent window and the frame fit in it).
+NULL_BUDGETS = (1024, 2048)
+NULL_SHARE = 0.15
 SYSTEM_LABELS = {
     ARBORMEM: "arbormem",
+    ARBORMEM_NOFLOOR: "arbormem, floor off",
     "recency": "recency (sliding window)",
     "bm25": "BM25 only",
     "dense": "dense only",
@@ -103,6 +111,19 @@ class Score(_Serializable):
 
 
 @dataclass(frozen=True)
+class NullScore(_Serializable):
+    """Questions a memory cannot answer (each conversation's memory asked the other
+    conversations' questions), at one budget, floor on (the default) or off."""
+
+    budget: int
+    floor: bool
+    questions: int
+    quiet_share: float      # answered with <= NULL_SHARE of the budget
+    mean_tokens: float
+    search_empty_share: float  # search() returned no hit
+
+
+@dataclass(frozen=True)
 class LocomoReport(_Serializable):
     """Everything one ``arbormem eval locomo`` run measured."""
 
@@ -126,6 +147,8 @@ class LocomoReport(_Serializable):
     version: str = ""
     results: tuple[QuestionResult, ...] = field(default=(), repr=False)
     store: str = "sqlite"  # the Store class that held arbormem's memory (older reports: SQLite)
+    null_check: tuple[NullScore, ...] = ()
+    min_relevance: float = 0.0  # the floor the default rows ran with
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LocomoReport:
@@ -137,6 +160,7 @@ class LocomoReport(_Serializable):
         fields["systems"] = tuple(fields["systems"])
         fields["scores"] = tuple(Score(**s) for s in fields["scores"])
         fields["results"] = tuple(QuestionResult(**r) for r in fields.get("results", ()))
+        fields["null_check"] = tuple(NullScore(**n) for n in fields.get("null_check", ()))
         return cls(**fields)
 
     def score(self, system: str, budget: int, category: int | None = None) -> Score:
@@ -147,7 +171,7 @@ class LocomoReport(_Serializable):
 
     def best_baseline(self, budget: int) -> Score:
         """The baseline with the highest overall evidence recall at ``budget``."""
-        cands = [self.score(b, budget) for b in self.systems if b != ARBORMEM]
+        cands = [self.score(b, budget) for b in self.systems if b not in OURS]
         return max(cands, key=lambda s: s.evidence_recall)
 
     def lead(self, budget: int) -> float:
@@ -324,13 +348,16 @@ def run_locomo(
                 t0 = time.perf_counter()
                 r = mem.recall(q.question, user_id=user_id, max_tokens=budget)
                 latencies.append((time.perf_counter() - t0) * 1000)
-                tokens = count_tokens(r.text)
-                if tokens != r.tokens:
-                    mismatches += 1
-                results.append(
-                    QuestionResult(conv.id, qi, q.category, ARBORMEM, budget,
-                                   evidence_found(r.text, ev_texts), len(ev_texts), tokens)
-                )
+                for system, rr in ((ARBORMEM, r),
+                                   (ARBORMEM_NOFLOOR, mem.recall(q.question, user_id=user_id, max_tokens=budget,
+                                                                 min_relevance=0))):
+                    tokens = count_tokens(rr.text)
+                    if tokens != rr.tokens:
+                        mismatches += 1
+                    results.append(
+                        QuestionResult(conv.id, qi, q.category, system, budget,
+                                       evidence_found(rr.text, ev_texts), len(ev_texts), tokens)
+                    )
                 for system in BASELINES:
                     p = pack(rankings[system], blocks, block_tokens, budget, count_tokens)
                     results.append(
@@ -339,6 +366,7 @@ def run_locomo(
                     )
             bar.update(1)
     bar.close()
+    nulls = null_check(mem, conversations, log=log)
     lat = np.array(latencies) if latencies else np.zeros(1)
     return LocomoReport(
         files=tuple(str(f) for f in files),
@@ -365,7 +393,38 @@ def run_locomo(
         version=code_version(),
         results=tuple(results),
         store=type(mem.store).__name__.removesuffix("Store").lower(),
+        null_check=tuple(nulls),
+        min_relevance=float(mem.settings.recall.min_relevance if mem.settings.recall.min_relevance is not None
+                            else mem.embedder.relevance_floor or 0.0),
     )
+
+
+def null_check(mem: Memory, conversations: Sequence[Conversation], budgets: Sequence[int] = NULL_BUDGETS,
+               log: Callable[[str], None] | None = None) -> list[NullScore]:
+    """Each conversation's memory (already ingested as ``locomo-<id>``) asked every other
+    conversation's scored questions: nothing in it answers them. Reports, floor on and off,
+    the share answered with at most ``NULL_SHARE`` of the budget (the recent window and the
+    frame fit in it; a packed exchange or two more may) and the share of searches with no hit."""
+    pairs = [(c, o) for c in conversations for o in conversations if o.id != c.id]
+    if not pairs:
+        return []
+    quiet: dict[tuple[int, bool], list[int]] = {(b, f): [] for b in budgets for f in (True, False)}
+    empty: dict[bool, list[int]] = {True: [], False: []}
+    for conv, other in pairs:
+        user_id = f"locomo-{conv.id}"
+        for q in other.scored_questions():
+            for floor in (True, False):
+                extra = {} if floor else {"min_relevance": 0}
+                empty[floor].append(0 if mem.search(q.question, user_id=user_id, **extra) else 1)  # type: ignore[arg-type]
+                for b in budgets:
+                    quiet[(b, floor)].append(count_tokens(
+                        mem.recall(q.question, user_id=user_id, max_tokens=b, **extra).text))  # type: ignore[arg-type]
+        if log:
+            log(f"null check: memory {conv.id} asked the questions of {other.id}")
+    return [NullScore(budget=b, floor=f, questions=len(toks),
+                      quiet_share=float(np.mean([t <= NULL_SHARE * b for t in toks])),
+                      mean_tokens=float(np.mean(toks)), search_empty_share=float(np.mean(empty[f])))
+            for (b, f), toks in quiet.items()]
 
 
 __all__ = [
@@ -374,6 +433,8 @@ __all__ = [
     "SYSTEM_LABELS",
     "CATEGORIES",
     "LocomoReport",
+    "NullScore",
+    "null_check",
     "QuestionResult",
     "Score",
     "count_tokens",

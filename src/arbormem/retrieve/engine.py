@@ -31,7 +31,7 @@ from ..config import RecallSettings
 from ..embed.base import Embedder
 from ..models import Exchange, Hit, Recall, RecallTrace, Topic
 from ..organize.consolidate import linked_topics, recall_marks, resolve_topic_hits
-from ..store.base import ExchangeHead, Store, TopicRecord
+from ..store.base import ExchangeFilter, ExchangeHead, Store, TopicRecord
 from ..text import identifier_like, idf, index_tokens, term_counts, terms
 from ..tokens import TokenCounter
 from .query import QueryAnalysis, analyse
@@ -49,6 +49,8 @@ class _Cand:
     ex_id: str
     score: float = 0.0
     sources: set[str] = field(default_factory=set)
+    #: Calibrated relevance (``relevance``): comparable across queries and memories.
+    relevance: float = 0.0
 
 
 def rrf(ranked: list[tuple[str, float]], weight: float = 1.0) -> dict[str, float]:
@@ -89,10 +91,11 @@ class Retriever:
 
     # -- shared candidate generation -------------------------------------------------------------
     def _score(self, user_id: str, q: QueryAnalysis, qvec: np.ndarray, k: int, n_docs: int,
-               timings: dict[str, float]) -> tuple[dict[str, _Cand], dict[str, float], dict[str, Exchange | ExchangeHead]]:
+               timings: dict[str, float], where: ExchangeFilter | None = None,
+               ) -> tuple[dict[str, _Cand], dict[str, float], dict[str, Exchange | ExchangeHead]]:
         t0 = time.perf_counter()
-        dense = self.store.vector_search(user_id, "exchange", qvec, k)
-        lex = self.store.text_search(user_id, "exchange", q.terms, k) if q.terms else []
+        dense = self.store.vector_search(user_id, "exchange", qvec, k, where)
+        lex = self.store.text_search(user_id, "exchange", q.terms, k, where) if q.terms else []
         # A merged topic keeps its parts' centroids as aliases (organize/consolidate.py) and
         # ranks as its best part; ranks count parts as topics, so the top 12 ranks are taken
         # (from a few extra rows, for the parts folded away).
@@ -141,7 +144,7 @@ class Retriever:
                 sources[i].add("time")
 
         if self.s.exact_weight > 0 and q.terms:
-            for i in self._exact(user_id, q.terms, fused, exchanges, floor):
+            for i in self._exact(user_id, q.terms, fused, exchanges, floor, where):
                 sources[i].add("exact")
 
         # Neighbour context (SeCom / LongMemEval key expansion, done at query time): a turn
@@ -152,7 +155,7 @@ class Retriever:
             strongest = _ranked(fused, exchanges)[: self.s.neighbours]
             want = sorted({exchanges[i].seq + d for i in strongest for d in (-1, 1)}
                           - {s for (_, s) in by_seq})
-            for nb in self.store.exchanges_by_seq(user_id, want):
+            for nb in self.store.exchanges_by_seq(user_id, want, where):
                 if (nb.session_id, nb.seq) in by_seq or nb.status != "completed" or nb.archived:
                     continue
                 exchanges[nb.id] = nb
@@ -168,22 +171,30 @@ class Retriever:
                                if (j := by_seq.get((hit.session_id, hit.seq + d))) is not None), default=floor)
                 fused[i] = base[i] + self.s.neighbour_weight * max(best_nb, floor)
 
-        if self.s.coverage_weight > 0 and q.terms:
-            self._coverage(user_id, q.terms, fused, exchanges)
+        coverage: dict[str, float] = {}
+        if q.terms:  # the shares feed the relevance floor too (the weight may be 0)
+            coverage = self._coverage(user_id, q.terms, fused, exchanges)
         if self.s.feedback_weight > 0 and q.terms:
             for i in self._feedback(user_id, q.terms, fused, exchanges, n_docs):
                 sources[i].add("feedback")
 
         # Shift to positive scores (later steps, e.g. the LLM planner, lift multiplicatively).
         low = min(fused.values(), default=0.0)
-        cands = {i: _Cand(i, s - low + 0.01, sources[i]) for i, s in fused.items()}
+        cosine = dict(dense)
+        # An exchange outside the dense top-k is no closer than the k-th one (an upper bound;
+        # a shorter list held every vector the search admitted).
+        unseen = dense[-1][1] if len(dense) >= k else 0.0
+        w = self.s.relevance_coverage
+        cands = {i: _Cand(i, s - low + 0.01, sources[i], cosine.get(i, unseen) + w * coverage.get(i, 0.0))
+                 for i, s in fused.items()}
         timings["fuse"] = (time.perf_counter() - t0) * 1000 - timings["indexes"]
         live = {i: c for i, c in cands.items()
                 if i in exchanges and exchanges[i].status == "completed" and not exchanges[i].archived}
         return live, topic_norm, exchanges
 
     def _exact(self, user_id: str, terms: tuple[str, ...], fused: dict[str, float],
-               exchanges: dict[str, Exchange | ExchangeHead], floor: float) -> list[str]:
+               exchanges: dict[str, Exchange | ExchangeHead], floor: float,
+               where: ExchangeFilter | None = None) -> list[str]:
         """Lift the exchanges whose own messages hold the query's exact terms.
 
         An identifier ("ord3fa91c0b2e", "481516234200") or a word found in very few of the
@@ -209,7 +220,7 @@ class Retriever:
             return []
         tokens = {t: set(index_tokens(t)) for t in exact}
         found = self.store.text_search(user_id, "exchange", sorted(set().union(*tokens.values())),
-                                       2 * self.s.exact_max_hits + 2)
+                                       2 * self.s.exact_max_hits + 2, where)
         ids = [i for i, _ in found]
         fresh = [i for i in ids if i not in exchanges]
         for h in self.store.exchange_heads(user_id, fresh):
@@ -226,7 +237,7 @@ class Retriever:
         return lifted
 
     def _coverage(self, user_id: str, terms: tuple[str, ...], fused: dict[str, float],
-                  exchanges: dict[str, Exchange | ExchangeHead]) -> None:
+                  exchanges: dict[str, Exchange | ExchangeHead]) -> dict[str, float]:
         """Lift the best exchanges by how many of the query's terms one of their messages holds.
 
         BM25 runs over enriched keys (an exchange plus its neighbours' text), and the dense
@@ -237,16 +248,20 @@ class Retriever:
         holds sharpens the head of the ranking: on the development split +2.8 points of
         evidence recall at 256 tokens, +2.5 at 512, +1.0 at 1,024, +0.2 at 2,048.
         Query terms go through the index's own tokenizer (a term "café" or "o'neil" must
-        match the message tokens "cafe", "o", "neil").
+        match the message tokens "cafe", "o", "neil"). Returns each read exchange's share
+        (0..1), which the relevance floor reads too.
         """
         want = set(index_tokens(" ".join(terms)))
         if not want:
-            return
+            return {}
         top = _ranked(fused, exchanges)
         full = self._full(user_id, exchanges, top[: self.s.coverage_depth])
+        shares: dict[str, float] = {}
         for i, ex in full.items():
             best = max(len(want.intersection(index_tokens(m))) for m in (ex.user_text, ex.assistant_text))
-            fused[i] += self.s.coverage_weight * best / len(want)
+            shares[i] = best / len(want)
+            fused[i] += self.s.coverage_weight * shares[i]
+        return shares
 
     def _feedback(self, user_id: str, terms: tuple[str, ...], fused: dict[str, float],
                   exchanges: dict[str, Exchange | ExchangeHead], n_docs: int) -> list[str]:
@@ -314,19 +329,48 @@ class Retriever:
         last = self.store.list_exchanges(user_id, status="completed", limit=1, newest_first=True)
         return (last[0].user_at, last[0].seq + 1) if last else (None, 1)
 
+    # -- the relevance floor ------------------------------------------------------------------------
+    def _floor(self, cands: dict[str, _Cand], min_relevance: float | None,
+               spared: set[str] | frozenset[str] = frozenset()) -> tuple[float, float, int, bool]:
+        """Apply the relevance floor to ``cands`` in place (docs/recall.md, "Relevance floor").
+
+        The query is answered only when its best candidate's relevance (dense cosine plus
+        ``relevance_coverage`` x the share of query terms one message holds: both measure the
+        pair alone, so they compare across queries and memory sizes, unlike BM25 or fused
+        z-scores) reaches ``min_relevance``; then the candidates below ``floor_share`` x
+        ``min_relevance`` (less related than most unrelated pairs) are left out. Otherwise no
+        candidate stays. ``min_relevance`` 0 turns it off. Returns (floor, best relevance,
+        candidates left out, answered)."""
+        if min_relevance is None:
+            min_relevance = self.s.min_relevance
+        floor = (self.embedder.relevance_floor or 0.0) if min_relevance is None else min_relevance
+        best = max((c.relevance for c in cands.values()), default=0.0)
+        if floor <= 0:
+            return floor, best, 0, True
+        answered = best >= floor
+        keep = floor * self.s.floor_share
+        out = [i for i, c in cands.items() if not answered or (c.relevance < keep and i not in spared)]
+        for i in out:
+            del cands[i]
+        return floor, best, len(out), answered
+
     # -- public operations ------------------------------------------------------------------------
-    def search(self, user_id: str, query: str, limit: int) -> list[Hit]:
+    def search(self, user_id: str, query: str, limit: int, where: ExchangeFilter | None = None,
+               min_relevance: float | None = None) -> list[Hit]:
         now, n_docs = self._now_and_size(user_id)
         q = analyse(query, now)
         qvec = self.embedder.embed_one(query)
         timings: dict[str, float] = {}
-        cands, _, exchanges = self._score(user_id, q, qvec, max(limit * 3, self.s.candidates), n_docs, timings)
+        cands, _, exchanges = self._score(user_id, q, qvec, max(limit * 3, self.s.candidates), n_docs, timings,
+                                          where)
+        self._floor(cands, min_relevance)
         ranked = sorted(cands.values(), key=lambda c: (-c.score, _seq(exchanges, c.ex_id)))[:limit]
         full = self._full(user_id, exchanges, [c.ex_id for c in ranked])
         paths = TopicPaths(self.store, user_id).paths(t for c in ranked if (t := full[c.ex_id].topic_id))
         return [
             Hit(exchange=full[c.ex_id], score=c.score, topic_id=full[c.ex_id].topic_id,
-                path=paths.get(full[c.ex_id].topic_id or "", ()), sources=tuple(sorted(c.sources)))
+                path=paths.get(full[c.ex_id].topic_id or "", ()), sources=tuple(sorted(c.sources)),
+                relevance=round(c.relevance, 4))
             for c in ranked if c.ex_id in full
         ]
 
@@ -340,9 +384,11 @@ class Retriever:
 
     def recall(self, user_id: str, query: str, max_tokens: int, recent: int,
                to_topic: Callable[[TopicRecord, tuple[str, ...]], Topic],
-               planner: RecallPlanner | None = None) -> Recall:
+               planner: RecallPlanner | None = None, where: ExchangeFilter | None = None,
+               min_relevance: float | None = None) -> Recall:
         """The packed memory context; ``to_topic`` makes the public view of a packed topic
-        from its record and title path."""
+        from its record and title path. ``where`` restricts every candidate and the recent
+        window; ``min_relevance`` overrides the setting (0: fill the budget)."""
         t_start = time.perf_counter()
         timings: dict[str, float] = {}
         now, n_docs = self._now_and_size(user_id)
@@ -350,12 +396,22 @@ class Retriever:
         t0 = time.perf_counter()
         qvec = self.embedder.embed_one(query)
         timings["embed"] = (time.perf_counter() - t0) * 1000
-        cands, topic_norm, exchanges = self._score(user_id, q, qvec, self.s.candidates, n_docs, timings)
+        cands, topic_norm, exchanges = self._score(user_id, q, qvec, self.s.candidates, n_docs, timings, where)
         notes = list(q.notes)
         if planner is not None:  # the optional LLM step: at most one call (retrieve/llm_plan.py)
             t0 = time.perf_counter()
+            before = set(cands)
             notes += planner.apply(self, user_id, query, now, cands, topic_norm, exchanges, q.time_range)
+            if where:  # the planner reads the unfiltered tree: keep only what the filter admits
+                new = [i for i in cands if i not in before]
+                admitted = {e.id for e in self.store.get_exchanges(user_id, new) if where.matches(e)}
+                for i in new:
+                    if i not in admitted:
+                        del cands[i]
             timings["llm_plan"] = (time.perf_counter() - t0) * 1000
+        # The model's picks are its judgement: the per-exchange cut spares them (not the gate).
+        picked = {i for i, c in cands.items() if any(src.startswith("llm") for src in c.sources)}
+        floor, best, below, answered = self._floor(cands, min_relevance, picked)
 
         # Consolidation marks (organize/consolidate.py): updates outrank the facts they
         # superseded (both stay, rendered marked); pinned topics' latest exchanges come first.
@@ -363,6 +419,10 @@ class Retriever:
         # Heads carry the organiser's marks, which is all recall_marks reads of an exchange.
         for i, source in recall_marks(self.store, user_id, scores, cast(dict[str, Exchange], exchanges), max_tokens,
                                       lambda e: self.counter.count(render_exchange(e)) + 1).items():
+            ex = exchanges.get(i)
+            if where and source == "pinned" and not (isinstance(ex, Exchange) and where.matches(ex)):
+                scores.pop(i, None)
+                continue
             cands.setdefault(i, _Cand(i)).sources.add(source)
         for i, s in scores.items():
             cands[i].score = s
@@ -372,13 +432,15 @@ class Retriever:
         recent_list: list[Exchange] = []
         if recent > 0:
             recent_list = list(reversed(self.store.list_exchanges(
-                user_id, status="completed", limit=recent, newest_first=True)))
+                user_id, status="completed", limit=recent, newest_first=True, where=where)))
         tree = TopicPaths(self.store, user_id)
         asked = set(q.terms) if self.s.speaker_focus else set()
         packed, text, tokens, dropped, focused = self._pack(user_id, cands, exchanges, recent_list, max_tokens,
                                                             tree, asked)
         if focused:
             notes.append("lines of " + ", ".join(sorted(focused)) + " only, below the best exchanges")
+        stopped = _stopped(floor, floor * self.s.floor_share, best, below, answered,
+                           len(cands) - len([e for e in packed if e.id in cands]), max_tokens - tokens)
         timings["pack"] = (time.perf_counter() - t0) * 1000
         timings["total"] = (time.perf_counter() - t_start) * 1000
 
@@ -389,7 +451,8 @@ class Retriever:
             topic_scores={k: round(v, 4) for k, v in sorted(topic_norm.items(), key=lambda kv: -kv[1])[:10]},
             exchange_scores={e.id: round(cands[e.id].score, 6) for e in packed if e.id in cands},
             timings_ms={k: round(v, 2) for k, v in timings.items()}, budget=max_tokens,
-            dropped=dropped, notes=tuple(notes),
+            dropped=dropped, notes=tuple(notes), min_relevance=floor, best_relevance=round(best, 4),
+            below_floor=below, stopped=stopped,
         )
         return Recall(text=text, tokens=tokens, exchanges=tuple(packed), topics=topics, trace=trace)
 
@@ -534,6 +597,19 @@ class Retriever:
         if recent:
             packets.append(("## Recent", [blocks[e.id] for e in recent]))
         return render(packets)
+
+
+def _stopped(floor: float, keep: float, best: float, below: int, answered: bool, left: int, unused: int) -> str:
+    """Where and why packing stopped, for ``RecallTrace.stopped``."""
+    if not answered:
+        return (f"relevance floor: no exchange reached min_relevance {floor:.2f} (best {best:.2f}); "
+                "recent window only")
+    if left > 0:
+        return f"budget: {left} ranked candidates did not fit"
+    if below:
+        return (f"relevance floor: every candidate with relevance >= {keep:.2f} packed, {below} below it "
+                f"left out; {unused} tokens unused")
+    return f"candidates exhausted; {unused} tokens unused"
 
 
 def _speaker_focus(ex: Exchange, asked: set[str]) -> frozenset[str] | None:

@@ -106,14 +106,29 @@ class ImportBody(BaseModel):
     exchanges: list[ImportItem] = Field(min_length=1, max_length=MAX_IMPORT_ITEMS)
 
 
+class ReadFilter(BaseModel):
+    """Filters of recall and search (issue 18): the library checks them (Memory.recall)."""
+
+    session_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    metadata: dict[str, str | int | float | bool | None] | None = None
+    # The relevance floor; 0 fills the budget (docs/recall.md, "Relevance floor").
+    min_relevance: float | None = Field(None, ge=0)
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "since": self.since, "until": self.until,
+                "metadata": self.metadata, "min_relevance": self.min_relevance}
+
+
 # Counts are strict integers: JSON's true is not 1 (pydantic's lax mode took it as one).
-class RecallBody(BaseModel):
+class RecallBody(ReadFilter):
     query: str
     max_tokens: int = Field(1024, ge=0, le=200_000, strict=True)
     recent: int | None = Field(None, ge=0, le=100, strict=True)
 
 
-class SearchBody(BaseModel):
+class SearchBody(ReadFilter):
     query: str
     limit: int = Field(10, ge=1, le=1000, strict=True)
 
@@ -550,12 +565,14 @@ def create_app(
     @r.post("/recall", tags=["read"], response_model=RecallResult,
             summary="The memory context to inject for a message")
     def recall(user_id: str, body: RecallBody) -> dict[str, Any]:
-        res = mem.recall(body.query, user_id=user_id, max_tokens=body.max_tokens, recent=body.recent)
+        res = mem.recall(body.query, user_id=user_id, max_tokens=body.max_tokens, recent=body.recent,
+                         **body.kwargs())
         return views.recall_dict(res)
 
     @r.post("/search", tags=["read"], response_model=SearchResult, summary="Ranked exchanges for a query")
     def search(user_id: str, body: SearchBody) -> dict[str, Any]:
-        return {"hits": [h.to_dict() for h in mem.search(body.query, user_id=user_id, limit=body.limit)]}
+        return {"hits": [h.to_dict() for h in mem.search(body.query, user_id=user_id, limit=body.limit,
+                                                         **body.kwargs())]}
 
     @r.get("/tree", tags=["topics"], response_model=Topic,
            summary="The topic tree (root with nested children)")

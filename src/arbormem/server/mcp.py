@@ -107,21 +107,31 @@ def create_server(memory: Memory, user_id: str, *, name: str = "arbormem") -> An
 
     @server.tool(annotations=read_only)
     @errors
-    def recall(message: str, max_tokens: int = 1024) -> dict[str, Any]:
+    def recall(message: str, max_tokens: int = 1024, session_id: str | None = None, since: str | None = None,
+               until: str | None = None, metadata: dict[str, str | int | float | bool | None] | None = None,
+               min_relevance: float | None = None) -> dict[str, Any]:
         """The memory context relevant to a new user message, within max_tokens: quoted
-        earlier exchanges grouped by topic (text), with the exchanges and topics it used."""
-        r = memory.recall(message, user_id=uid, max_tokens=max_tokens)
-        return {"text": r.text, "tokens": r.tokens,
+        earlier exchanges grouped by topic (text), with the exchanges and topics it used.
+        Only relevant exchanges (stopped says why packing ended); optional filters: session_id,
+        since / until (ISO 8601 times), metadata key equality; min_relevance 0 fills the budget."""
+        r = memory.recall(message, user_id=uid, max_tokens=max_tokens, session_id=session_id, since=since,
+                          until=until, metadata=metadata, min_relevance=min_relevance)
+        return {"text": r.text, "tokens": r.tokens, "stopped": r.trace.stopped,
                 "exchanges": [{"id": e.id, "seq": e.seq, "topic_id": e.topic_id,
                                "at": e.user_at.isoformat()} for e in r.exchanges],
                 "topics": [{"id": t.id, "path": list(t.path)} for t in r.topics]}
 
     @server.tool(annotations=read_only)
     @errors
-    def search(query: str, limit: int = 10) -> dict[str, Any]:
-        """Exchanges ranked by relevance to a query (lexical + semantic), with topic paths."""
-        hits = memory.search(query, user_id=uid, limit=limit)
-        return {"hits": [{"id": h.exchange.id, "score": round(h.score, 6), "path": list(h.path),
+    def search(query: str, limit: int = 10, session_id: str | None = None, since: str | None = None,
+               until: str | None = None, metadata: dict[str, str | int | float | bool | None] | None = None,
+               min_relevance: float | None = None) -> dict[str, Any]:
+        """Exchanges ranked by relevance to a query (lexical + semantic), with topic paths; no
+        hit when nothing is relevant. Filters as in recall."""
+        hits = memory.search(query, user_id=uid, limit=limit, session_id=session_id, since=since, until=until,
+                             metadata=metadata, min_relevance=min_relevance)
+        return {"hits": [{"id": h.exchange.id, "score": round(h.score, 6), "relevance": h.relevance,
+                          "path": list(h.path),
                           "at": h.exchange.user_at.isoformat(), "user": h.exchange.user_text,
                           "assistant": h.exchange.assistant_text} for h in hits]}
 

@@ -92,6 +92,53 @@ class ExchangeHead:
 #: The metadata key under which the organiser keeps its marks on exchanges.
 MARKS_KEY = "_arbormem"
 
+#: What a metadata filter may compare: JSON scalars.
+MetaValue = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class ExchangeFilter:
+    """Which exchanges a search may return: all conditions hold (issue 18).
+
+    ``session_id`` equal; ``since <= user_at < until`` (either end open when None); every
+    ``metadata`` key present with an equal JSON scalar (numbers compare as numbers, ``True``
+    is not ``1``, ``None`` matches a stored ``null``). Stores apply it inside their queries
+    (exchange kind only; topics are never filtered), so a filtered search ranks within the
+    matching exchanges rather than dropping rows from an unfiltered top-k.
+    """
+
+    session_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    metadata: Mapping[str, MetaValue] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.session_id is not None or self.since is not None or self.until is not None
+                    or self.metadata)
+
+    def matches(self, ex: Exchange) -> bool:
+        """The same conditions over one exchange in memory (for the few rows recall adds
+        itself, such as a pinned topic's exchanges; candidate search filters in the store)."""
+        if self.session_id is not None and ex.session_id != self.session_id:
+            return False
+        if self.since is not None and ex.user_at < self.since:
+            return False
+        if self.until is not None and ex.user_at >= self.until:
+            return False
+        return all(key in ex.metadata and meta_equal(ex.metadata[key], want)
+                   for key, want in self.metadata.items())
+
+
+def meta_equal(have: Any, want: MetaValue) -> bool:
+    """JSON scalar equality as the stores compute it: bools only equal bools, numbers by value."""
+    if isinstance(want, bool) or isinstance(have, bool):
+        return isinstance(want, bool) and isinstance(have, bool) and have is want
+    if want is None:
+        return have is None
+    if isinstance(want, (int, float)):
+        return isinstance(have, (int, float)) and have == want
+    return isinstance(have, str) and have == want
+
 
 class Store(ABC):
     """Persistence contract implemented by SQLiteStore and PostgresStore."""
@@ -139,6 +186,7 @@ class Store(ABC):
         after_seq: int | None = None,
         limit: int | None = None,
         newest_first: bool = False,
+        where: ExchangeFilter | None = None,
     ) -> list[Exchange]: ...
 
     def exchange_heads(self, user_id: str, ids: Sequence[str]) -> list[ExchangeHead]:
@@ -147,11 +195,13 @@ class Store(ABC):
                              {MARKS_KEY: e.metadata[MARKS_KEY]} if MARKS_KEY in e.metadata else {})
                 for e in self.get_exchanges(user_id, ids)]
 
-    def exchanges_by_seq(self, user_id: str, seqs: Sequence[int]) -> list[Exchange]:
+    def exchanges_by_seq(self, user_id: str, seqs: Sequence[int],
+                         where: ExchangeFilter | None = None) -> list[Exchange]:
         """The user's exchanges with these sequence numbers (stores may override with one query)."""
         out: list[Exchange] = []
         for s in sorted(set(seqs)):
-            out.extend(e for e in self.list_exchanges(user_id, after_seq=s - 1, limit=1) if e.seq == s)
+            out.extend(e for e in self.list_exchanges(user_id, after_seq=s - 1, limit=1, where=where)
+                       if e.seq == s)
         return out
 
     @abstractmethod
@@ -203,16 +253,20 @@ class Store(ABC):
     def get_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str]) -> dict[str, np.ndarray]: ...
 
     @abstractmethod
-    def vector_search(self, user_id: str, kind: IndexKind, query: np.ndarray, k: int) -> list[tuple[str, float]]:
-        """Top-k ids by cosine similarity to the unit vector ``query``."""
+    def vector_search(self, user_id: str, kind: IndexKind, query: np.ndarray, k: int,
+                      where: ExchangeFilter | None = None) -> list[tuple[str, float]]:
+        """Top-k ids by cosine similarity to the unit vector ``query`` (exchanges: among those
+        ``where`` admits)."""
 
     @abstractmethod
     def put_text(self, user_id: str, kind: IndexKind, item_id: str, text: str) -> None:
         """Insert or replace the full-text index entry of an item."""
 
     @abstractmethod
-    def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int) -> list[tuple[str, float]]:
-        """Top-k ids by BM25 over any of ``terms`` (higher score = better)."""
+    def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int,
+                    where: ExchangeFilter | None = None) -> list[tuple[str, float]]:
+        """Top-k ids by BM25 over any of ``terms`` (higher score = better; exchanges: among
+        those ``where`` admits)."""
 
     @abstractmethod
     def delete_index(self, kind: IndexKind, item_id: str) -> None:

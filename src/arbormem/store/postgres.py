@@ -77,7 +77,7 @@ import numpy as np
 from ..errors import MigrationError, StoreError, ValidationError
 from ..models import Exchange, Status
 from ..text import index_tokens as tokens
-from .base import ChangeRecord, IndexKind, Store, TopicRecord
+from .base import ChangeRecord, ExchangeFilter, IndexKind, Store, TopicRecord
 from .pg_migrations import PG_MIGRATIONS
 
 if TYPE_CHECKING:
@@ -143,6 +143,37 @@ def _tsvector_literal(toks: list[str]) -> str:
             plist.append(min(pos, 16383))  # tsvector positions stop at 16383
     # Tokens are letter/digit runs: no quote or backslash needs escaping.
     return " ".join(f"'{lex}':{','.join(map(str, plist))}" for lex, plist in positions.items())
+
+
+def _filter_sql(where: ExchangeFilter | None, col: str = "") -> tuple[str, list[Any]]:
+    """``AND ...`` conditions on arbormem_exchanges (columns prefixed by ``col``) for a filter,
+    and their parameters. Metadata equality is jsonb containment of ``{key: value}``: numbers
+    compare by value, ``true`` is not ``1``, as in the SQLite store."""
+    if not where:
+        return "", []
+    sql: list[str] = []
+    params: list[Any] = []
+    if where.session_id is not None:
+        sql.append(f"{col}session_id = %s")
+        params.append(where.session_id)
+    if where.since is not None:
+        sql.append(f"{col}user_at >= %s")
+        params.append(where.since)
+    if where.until is not None:
+        sql.append(f"{col}user_at < %s")
+        params.append(where.until)
+    for key, value in where.metadata.items():
+        sql.append(f"{col}metadata::jsonb @> %s::jsonb")
+        params.append(json.dumps({key: value}))
+    return "".join(f" AND {c}" for c in sql), params
+
+
+def _admitted(where: ExchangeFilter | None, item: str, user_id: str) -> tuple[str, list[Any]]:
+    """``AND item IN (exchanges the filter admits)`` for index tables keyed by item id."""
+    cond, params = _filter_sql(where, "e.")
+    if not cond:
+        return "", []
+    return f" AND {item} IN (SELECT e.id FROM arbormem_exchanges e WHERE e.user_id = %s{cond})", [user_id, *params]
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -404,19 +435,21 @@ class PostgresStore(Store):
     def list_exchanges(
         self, user_id: str, *, status: Status | None = None, topic_id: str | None = None,
         after_seq: int | None = None, limit: int | None = None, newest_first: bool = False,
+        where: ExchangeFilter | None = None,
     ) -> list[Exchange]:
-        where, params = ["user_id = %s"], [user_id]
+        cond, cond_params = _filter_sql(where)
+        conds, params = ["user_id = %s" + cond], [user_id, *cond_params]
         if status is not None:
-            where.append("status = %s")
+            conds.append("status = %s")
             params.append(status)
         if topic_id is not None:
-            where.append("topic_id = %s")
+            conds.append("topic_id = %s")
             params.append(topic_id)
         if after_seq is not None:
-            where.append("seq > %s")
-            params.append(after_seq)  # type: ignore[arg-type]
+            conds.append("seq > %s")
+            params.append(after_seq)
         sql = (
-            f"SELECT {self._EX_COLS} FROM arbormem_exchanges WHERE {' AND '.join(where)} "
+            f"SELECT {self._EX_COLS} FROM arbormem_exchanges WHERE {' AND '.join(conds)} "
             f"ORDER BY seq {'DESC' if newest_first else 'ASC'}"
         )
         if limit is not None:
@@ -425,16 +458,18 @@ class PostgresStore(Store):
             rows = conn.execute(sql, params).fetchall()
         return [self._ex(r) for r in rows]
 
-    def exchanges_by_seq(self, user_id: str, seqs: Sequence[int]) -> list[Exchange]:
+    def exchanges_by_seq(self, user_id: str, seqs: Sequence[int],
+                         where: ExchangeFilter | None = None) -> list[Exchange]:
         """The user's exchanges with these sequence numbers, in one query."""
         wanted = sorted({int(s) for s in seqs})
         if not wanted:
             return []
+        cond, params = _filter_sql(where)
         with self._conn() as conn:
             rows = conn.execute(
                 f"SELECT {self._EX_COLS} FROM arbormem_exchanges "
-                "WHERE user_id = %s AND seq = ANY(%s) ORDER BY seq",
-                (user_id, wanted),
+                f"WHERE user_id = %s{cond} AND seq = ANY(%s) ORDER BY seq",
+                (user_id, *params, wanted),
             ).fetchall()
         return [self._ex(r) for r in rows]
 
@@ -631,8 +666,10 @@ class PostgresStore(Store):
             ).fetchall()
         return {r[0]: np.asarray(r[1].to_numpy(), dtype=np.float32) for r in rows}
 
-    def vector_search(self, user_id: str, kind: IndexKind, query: np.ndarray, k: int) -> list[tuple[str, float]]:
+    def vector_search(self, user_id: str, kind: IndexKind, query: np.ndarray, k: int,
+                      where: ExchangeFilter | None = None) -> list[tuple[str, float]]:
         _check_kind(kind)
+        inside, inside_params = _admitted(where, "item_id", user_id) if kind == "exchange" else ("", [])
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         if k <= 0 or q.size == 0:
             return []
@@ -641,13 +678,13 @@ class PostgresStore(Store):
         # from literals, which a generic plan over parameters would not give.
         sql = (
             f"SELECT item_id, (embedding::vector({dim})) <=> %s::vector({dim}) AS d "
-            f"FROM arbormem_vectors WHERE user_id = %s AND kind = '{kind}' AND dim = {dim} "
+            f"FROM arbormem_vectors WHERE user_id = %s AND kind = '{kind}' AND dim = {dim}{inside} "
             f"ORDER BY (embedding::vector({dim})) <=> %s::vector({dim}) LIMIT {int(k)}"
         )
         with self._conn() as conn:
             # SET LOCAL: the connection is always inside a transaction here (never autocommit)
             conn.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(self.ef_search, 2 * int(k)))}")
-            rows = conn.execute(sql, (q, user_id, q)).fetchall()
+            rows = conn.execute(sql, (q, user_id, *inside_params, q)).fetchall()
         out = [(r[0], 1.0 - float(r[1])) for r in rows]
         # relaxed_order iterative scans may return rows slightly out of order
         out.sort(key=lambda t: -t[1])
@@ -702,8 +739,11 @@ class PostgresStore(Store):
                 (row[1], row[0], kind),
             )
 
-    def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int) -> list[tuple[str, float]]:
+    def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int,
+                    where: ExchangeFilter | None = None) -> list[tuple[str, float]]:
         _check_kind(kind)
+        # A filter restricts the postings read (document statistics stay the partition's).
+        inside, inside_params = _admitted(where, "t.item_id", user_id) if kind == "exchange" else ("", [])
         lexemes = list(dict.fromkeys(t for term in terms for t in tokens(term)))
         if not lexemes or k <= 0:
             return []
@@ -743,12 +783,12 @@ class PostgresStore(Store):
                 union = " UNION ALL ".join(
                     "SELECT t.item_id, t.doclen, u.lexeme, cardinality(u.positions) "
                     "FROM arbormem_text t CROSS JOIN LATERAL unnest(t.tsv) u "
-                    "WHERE t.user_id = %s AND t.kind = %s AND t.tsv @@ %s::tsquery AND u.lexeme = %s"
+                    f"WHERE t.user_id = %s AND t.kind = %s AND t.tsv @@ %s::tsquery AND u.lexeme = %s{inside}"
                     for _ in rare
                 )
                 params = []
                 for lex in rare:
-                    params += [user_id, kind, q.format(lex), lex]
+                    params += [user_id, kind, q.format(lex), lex, *inside_params]
                 postings = conn.execute(union, params, prepare=False).fetchall()
             def idf(lex: str) -> float:
                 # Lucene's BM25 idf (always positive); document stats are per user and kind
@@ -786,9 +826,9 @@ class PostgresStore(Store):
                         if n and len(found) >= want:
                             break
                         found.update(r[0] for r in conn.execute(
-                            "SELECT item_id FROM arbormem_text WHERE user_id = %s AND kind = %s "
-                            "AND tsv @@ %s::tsquery LIMIT %s",
-                            (user_id, kind, tsq, want),
+                            "SELECT t.item_id FROM arbormem_text t WHERE t.user_id = %s AND t.kind = %s "
+                            f"AND t.tsv @@ %s::tsquery{inside} LIMIT %s",
+                            (user_id, kind, tsq, *inside_params, want),
                         ).fetchall())
                     docs |= found
                 if docs:

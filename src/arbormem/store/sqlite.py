@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,7 +41,15 @@ from .ann import (
     AnnMirror,
     ann_available,
 )
-from .base import MARKS_KEY, ChangeRecord, ExchangeHead, IndexKind, Store, TopicRecord
+from .base import (
+    MARKS_KEY,
+    ChangeRecord,
+    ExchangeFilter,
+    ExchangeHead,
+    IndexKind,
+    Store,
+    TopicRecord,
+)
 from .migrations import SQLITE_MIGRATIONS
 
 log = logging.getLogger("arbormem.store")
@@ -67,6 +75,48 @@ def _dt(value: str | None) -> datetime | None:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _epoch_us(value: str | None) -> int | None:
+    """Microseconds since the epoch of a stored ISO time (SQL function ``arbormem_us``):
+    stored times keep their own offset, so strings do not sort as instants, and SQLite's
+    julianday() drops the microseconds a time may carry."""
+    return None if value is None else (datetime.fromisoformat(value) - _EPOCH) // timedelta(microseconds=1)
+
+
+def _filter_sql(where: ExchangeFilter | None, col: str = "") -> tuple[str, list[Any]]:
+    """``AND ...`` conditions on the exchanges table (columns prefixed by ``col``) for a
+    filter, and their parameters. Times compare as instants (``arbormem_us``); metadata keys
+    through json_each, so any key works without path quoting."""
+    if not where:
+        return "", []
+    sql: list[str] = []
+    params: list[Any] = []
+    if where.session_id is not None:
+        sql.append(f"{col}session_id = ?")
+        params.append(where.session_id)
+    if where.since is not None:
+        sql.append(f"arbormem_us({col}user_at) >= ?")
+        params.append(_epoch_us(where.since.isoformat()))
+    if where.until is not None:
+        sql.append(f"arbormem_us({col}user_at) < ?")
+        params.append(_epoch_us(where.until.isoformat()))
+    for key, value in where.metadata.items():
+        extra: list[Any]
+        if isinstance(value, bool):
+            cond, extra = f"j.type = '{'true' if value else 'false'}'", []
+        elif value is None:
+            cond, extra = "j.type = 'null'", []
+        elif isinstance(value, (int, float)):
+            cond, extra = "j.type IN ('integer', 'real') AND j.atom = ?", [value]
+        else:
+            cond, extra = "j.type = 'text' AND j.atom = ?", [value]
+        sql.append(f"EXISTS (SELECT 1 FROM json_each({col}metadata) j WHERE j.key = ? AND {cond})")
+        params += [key, *extra]
+    return "".join(f" AND {c}" for c in sql), params
 
 
 def _fts_query(uid: str, terms: Sequence[str]) -> str:
@@ -151,6 +201,7 @@ class SQLiteStore(Store):
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        conn.create_function("arbormem_us", 1, _epoch_us, deterministic=True)
         self._conns.append(conn)
         return conn
 
@@ -383,18 +434,20 @@ class SQLiteStore(Store):
     def list_exchanges(
         self, user_id: str, *, status: Status | None = None, topic_id: str | None = None,
         after_seq: int | None = None, limit: int | None = None, newest_first: bool = False,
+        where: ExchangeFilter | None = None,
     ) -> list[Exchange]:
-        where, params = ["user_id = ?"], [user_id]
+        cond, cond_params = _filter_sql(where)
+        conds, params = ["user_id = ?" + cond], [user_id, *cond_params]
         if status is not None:
-            where.append("status = ?")
+            conds.append("status = ?")
             params.append(status)
         if topic_id is not None:
-            where.append("topic_id = ?")
+            conds.append("topic_id = ?")
             params.append(topic_id)
         if after_seq is not None:
-            where.append("seq > ?")
+            conds.append("seq > ?")
             params.append(after_seq)  # type: ignore[arg-type]
-        sql = f"SELECT {self._EX_COLS} FROM exchanges WHERE {' AND '.join(where)} ORDER BY seq"
+        sql = f"SELECT {self._EX_COLS} FROM exchanges WHERE {' AND '.join(conds)} ORDER BY seq"
         if newest_first:
             sql += " DESC"
         if limit is not None:
@@ -414,10 +467,12 @@ class SQLiteStore(Store):
                                     bool(r[6]), meta))
         return out
 
-    def exchanges_by_seq(self, user_id: str, seqs: Sequence[int]) -> list[Exchange]:
+    def exchanges_by_seq(self, user_id: str, seqs: Sequence[int],
+                         where: ExchangeFilter | None = None) -> list[Exchange]:
+        cond, params = _filter_sql(where)
         rows = self._rows_in(
-            f"SELECT {self._EX_COLS} FROM exchanges WHERE user_id = ? AND seq IN ({{marks}})",
-            (user_id,), sorted({int(x) for x in seqs}))
+            f"SELECT {self._EX_COLS} FROM exchanges WHERE user_id = ?{cond} AND seq IN ({{marks}})",
+            (user_id, *params), sorted({int(x) for x in seqs}))
         return sorted((self._ex(r) for r in rows), key=lambda e: e.seq)
 
     def iter_exchanges(self, user_id: str, batch: int = 1000) -> Iterator[Exchange]:
@@ -605,12 +660,15 @@ class SQLiteStore(Store):
                     cache.n = need
             return cache
 
-    def vector_search(self, user_id: str, kind: IndexKind, query: np.ndarray, k: int) -> list[tuple[str, float]]:
+    def vector_search(self, user_id: str, kind: IndexKind, query: np.ndarray, k: int,
+                      where: ExchangeFilter | None = None) -> list[tuple[str, float]]:
         query = np.asarray(query, dtype=np.float32)
         cache = self._refresh(user_id, kind, int(query.shape[0]))
         n = cache.n
         if n == 0 or k <= 0:
             return []
+        if where and kind == "exchange":
+            return self._filtered_search(user_id, cache, query, k, where)
         if self.ann_threshold and n >= self.ann_threshold:
             found = self._ann_search(user_id, kind, cache, query, k)
             if found is not None:
@@ -630,6 +688,23 @@ class SQLiteStore(Store):
             top = np.arange(n)
         top = top[np.argsort(-scores[top])]
         return [(cache.ids[i], float(scores[i])) for i in top]
+
+    def _filtered_search(self, user_id: str, cache: _VecCache, query: np.ndarray, k: int,
+                         where: ExchangeFilter) -> list[tuple[str, float]]:
+        """Exact search over the rows of the exchanges the filter admits: SQLite selects them,
+        the cached matrix scores only those rows (the HNSW graph, built over all of the
+        user's rows, is not used: a narrow filter would leave its top-k empty)."""
+        cond, params = _filter_sql(where)
+        ids = [r[0] for r in self._rows(f"SELECT id FROM exchanges WHERE user_id = ?{cond}", (user_id, *params))]
+        with self._cache_lock:
+            rows = np.fromiter((j for i in ids if (j := cache.index.get(i)) is not None and j < cache.n),
+                               dtype=np.int64)
+            if rows.size == 0:
+                return []
+            scores = np.einsum("ij,j->i", cache.matrix[rows], query)
+        top = np.argpartition(-scores, k)[:k] if k < rows.size else np.arange(rows.size)
+        top = top[np.argsort(-scores[top])]
+        return [(cache.ids[int(rows[t])], float(scores[t])) for t in top]
 
     # -- approximate vector search (store/ann.py) --------------------------------------------
     def _ann_path(self, user_id: str, kind: str) -> tuple[Path, dict[str, str]]:
@@ -752,7 +827,8 @@ class SQLiteStore(Store):
         self._exec(f"DELETE FROM {table} WHERE rowid = ?", (rid,))
         self._exec(f"INSERT INTO {table} (rowid, uid, body) VALUES (?, ?, ?)", (rid, _uid_token(user_id), text))
 
-    def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int) -> list[tuple[str, float]]:
+    def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int,
+                    where: ExchangeFilter | None = None) -> list[tuple[str, float]]:
         terms = [t for t in terms if t.strip()]
         if not terms or k <= 0:
             return []
@@ -766,12 +842,15 @@ class SQLiteStore(Store):
             rare = [t for t in terms if df.get(t, 0) <= COMMON_DF]  # (repeats kept: query tf)
             terms = rare or [min(terms, key=lambda t: df.get(t, 0))]
         table = _FTS[kind]
+        cond, params = _filter_sql(where) if kind == "exchange" else ("", [])
+        inside = (f" AND rowid IN (SELECT rid FROM exchanges WHERE user_id = ?{cond})" if cond else "")
         # Rank inside FTS5 first, then join only the k winners to their ids: joining before
         # the LIMIT looked up every matching row (thousands for a common word).
         rows = self._rows(
             f"SELECT r.id, f.s FROM (SELECT rowid AS rid, bm25({table}, 0.0, 1.0) AS s FROM {table} "
-            f"WHERE {table} MATCH ? ORDER BY s LIMIT ?) f JOIN {_ROWS[kind]} r ON r.rid = f.rid ORDER BY f.s",
-            (_fts_query(_uid_token(user_id), terms), int(k)),
+            f"WHERE {table} MATCH ?{inside} ORDER BY s LIMIT ?) f JOIN {_ROWS[kind]} r ON r.rid = f.rid "
+            "ORDER BY f.s",
+            (_fts_query(_uid_token(user_id), terms), *([user_id, *params] if cond else []), int(k)),
         )
         # FTS5's bm25() is negative (smaller = better); flip it so higher = better.
         return [(r[0], -float(r[1])) for r in rows]
