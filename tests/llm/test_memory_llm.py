@@ -68,6 +68,7 @@ def settings() -> Settings:
     s = Settings()
     s.tree.max_children = 3  # force fan-out splits, which rewrite (reparent) frozen topics
     s.tree.continue_threshold = -1.0  # topics follow sessions exactly (the hash embedder is crude)
+    s.tree.reply_threshold = -1.0
     return s
 
 

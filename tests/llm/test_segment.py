@@ -22,6 +22,7 @@ BIKE = ["My bicycle chain keeps slipping", "Check the derailleur", "The brakes s
 def memory(server: ScriptedOpenAIServer) -> Memory:
     s = Settings()
     s.tree.continue_threshold = 1.1  # offline placement opens a topic per exchange
+    s.tree.reply_threshold = 1.1
     client = OpenAICompatibleLLM(server.url, "test-model", timeout=2.0, max_retries=0, backoff=0.01)
     return Memory(":memory:", embedder=HashEmbedder(), llm=client, settings=s)
 
@@ -100,6 +101,7 @@ def test_a_span_needing_a_new_topic_is_placed_by_the_router(server: ScriptedOpen
     server.responder = responder
     s = Settings()
     s.tree.continue_threshold = -1.0  # offline placement keeps the whole session in one topic
+    s.tree.reply_threshold = -1.0
     client = OpenAICompatibleLLM(server.url, "test-model", timeout=2.0, max_retries=0, backoff=0.01)
     with Memory(":memory:", embedder=HashEmbedder(), llm=client, settings=s) as mem:
         add_all(mem)
