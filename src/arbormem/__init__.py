@@ -26,7 +26,7 @@ from .errors import (
     ValidationError,
 )
 from .memory import Memory
-from .models import Exchange, ForgetReport, Hit, Recall, RecallTrace, Stats, Topic
+from .models import Exchange, ForgetReport, Hit, ImportReport, Recall, RecallTrace, SkippedItem, Stats, Topic
 
 __version__ = "0.1.0"
 
@@ -43,6 +43,8 @@ __all__ = [
     "RecallTrace",
     "Stats",
     "ForgetReport",
+    "ImportReport",
+    "SkippedItem",
     "ArbormemError",
     "ValidationError",
     "ImportFormatError",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -79,16 +80,39 @@ def _chat(db: Path, stdin: str, *extra: str) -> subprocess.CompletedProcess[str]
 
 
 def test_chat_retrieval_only(db: Path) -> None:
-    out = _chat(db, "What can Leo eat? peanuts\n/recall chocolate cake\n/tree\n/forget\n/forget x_nope\n/quit\n")
+    # Without a model nothing typed is stored unless asked: a stray "clear" stays out of the memory.
+    out = _chat(db, "What can Leo eat? peanuts\nclear\n/recall chocolate cake\n/tree\n/forget\n"
+                    "/note Leo likes rice crackers\n/forget\n/forget x_nope\n/quit\n")
     assert out.returncode == 0, out.stderr
-    assert "retrieval-only" in out.stdout
+    assert "retrieval-only" in out.stdout and "nothing is stored" in out.stdout
     assert "<memory-context>" in out.stdout and "peanuts" in out.stdout  # what would be injected
     assert "chocolate cake" in out.stdout and "[recall:" in out.stdout
     assert "└─" in out.stdout or "├─" in out.stdout  # the tree
-    assert "forgot x_" in out.stdout
+    assert "nothing stored in this chat yet" in out.stdout  # /forget before any note
+    assert "(stored as a note: x_" in out.stdout and "forgot x_" in out.stdout  # /note, then /forget
     assert "error: no exchange 'x_nope'" in out.stderr
-    with Memory(db, embedder="hash") as mem:  # the note was stored, then forgotten
-        assert len(mem.exchanges(user_id="alice")) == 3
+    with Memory(db, embedder="hash") as mem:
+        texts = [e.user_text for e in mem.exchanges(user_id="alice")]
+        assert len(texts) == 3 and "clear" not in texts
+
+
+def test_chat_notes_are_announced_and_the_last_one_can_be_forgotten(db: Path) -> None:
+    out = _chat(db, "Leo now eats sunflower butter\nclear\n/forget last\n", "--notes")
+    assert out.returncode == 0, out.stderr
+    assert "every line you type is stored as a note" in out.stdout
+    assert out.stdout.count("(stored as a note: x_") == 2 and "forgot x_" in out.stdout
+    with Memory(db, embedder="hash") as mem:
+        texts = [e.user_text for e in mem.exchanges(user_id="alice")]
+        assert "Leo now eats sunflower butter" in texts and "clear" not in texts
+
+
+def test_chat_json_prints_one_object_per_event(db: Path) -> None:
+    out = _chat(db, "peanuts\n/note Maya wants a dinosaur cake\n/tree\n/bogus\n", "--json")
+    assert out.returncode == 0, out.stderr
+    events = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    assert [e["event"] for e in events] == ["start", "recall", "stored", "tree", "error"]
+    assert events[0]["stores"] == "nothing" and "peanuts" in events[1]["text"]
+    assert events[3]["tree"]["kind"] == "root"
 
 
 def test_chat_with_a_model_injects_recall_every_turn(db: Path) -> None:

@@ -69,10 +69,14 @@ def test_add_document_files_chunks_and_recalls_them_with_source(tmp_path: Path) 
         assert again.added == () and sorted(again.duplicates) == sorted(e.id for e in rep.added)
         revised = HANDBOOK + "\n\nNew section. Parking permits are renewed every March."
         rev = mem.add_document(revised, source="handbook.md", user_id="u", max_chars=400, overlap_chars=120)
+        # The revision replaces the previous version: unchanged chunks kept, the rest gone.
         assert 1 <= len(rev.added) <= 2 and len(rev.duplicates) >= rep.chunks - 1
+        assert len(rev.removed) == rep.chunks - len(rev.duplicates)
+        held = [e for e in mem.exchanges(user_id="u") if e.metadata.get("source") == "handbook.md"]
+        assert len(held) == rev.chunks
         # A deleted chunk is no longer a duplicate; another user has their own copy.
-        mem.delete(rep.added[0].id)
-        assert len(mem.add_document(HANDBOOK, source="handbook.md", user_id="u", max_chars=400,
+        mem.delete(rev.added[0].id)
+        assert len(mem.add_document(revised, source="handbook.md", user_id="u", max_chars=400,
                                     overlap_chars=120).added) == 1
         assert len(mem.add_document(HANDBOOK, source="handbook.md", user_id="v", max_chars=400,
                                     overlap_chars=120).added) == rep.chunks

@@ -107,7 +107,7 @@ class ArbormemSession(SessionABC):
                 history = self._exchanges()
                 if history:
                     last = history[-1]
-                    self.memory.delete(last.id)
+                    self.memory.delete(last.id, user_id=self.user_id)
                     self._store(self._messages(last) + first, at=last.user_at)
                     turns = turns[1:]
                 else:  # no user message at all yet: keep the items under an empty user turn
@@ -128,7 +128,7 @@ class ArbormemSession(SessionABC):
             last = history[-1]
             msgs = self._messages(last)
             popped = msgs.pop()
-            self.memory.delete(last.id)
+            self.memory.delete(last.id, user_id=self.user_id)
             if msgs and _is_user(msgs[0]):
                 self._store(msgs, at=last.user_at)
             return _to_item(popped)
@@ -136,7 +136,7 @@ class ArbormemSession(SessionABC):
     def _clear(self) -> None:
         with self.memory.store.transaction(self.user_id):
             for ex in self._exchanges():
-                self.memory.delete(ex.id)
+                self.memory.delete(ex.id, user_id=self.user_id)
 
     # -- the Session protocol ---------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[Any]:
