@@ -171,6 +171,33 @@ def test_langchain_tools(mem: Memory) -> None:
     assert "cello" not in index.lower()
 
 
+def test_langchain_index_is_paged_by_tokens(tmp_path: Path, demo_data: dict[str, Any]) -> None:
+    pytest.importorskip("langchain_core")
+    from arbormem.integrations.langchain import memory_index, memory_tools
+
+    with Memory(tmp_path / "big.db", embedder="hash") as mem:
+        for i in range(4):  # the demo four times over: well over one page of nodes
+            mem.add_many([{**x, "session_id": f"{x.get('session_id')}-{i}"} for x in demo_data["exchanges"]],
+                         user_id="u")
+        nodes = [t for t in mem.topics(user_id="u")]
+        pages, offset = [], 0
+        while True:
+            page = memory_index(mem, "u", offset=offset, max_tokens=300)
+            assert mem.tokens.count(page) <= 300
+            pages.append(page)
+            listed = [line for line in page.splitlines() if line.lstrip().startswith("- [")]
+            offset += len(listed)
+            if "for more)" not in page:
+                break
+            assert f"offset={offset}" in page
+        assert len(pages) > 1 and offset == len(nodes)
+        seen = "\n".join(pages)
+        assert all(f"[{t.id}]" in seen for t in nodes)
+        tool = {t.name: t for t in memory_tools(mem, "u")}["get_memory_index"]
+        assert mem.tokens.count(tool.invoke({})) <= 1500
+        assert tool.invoke({"offset": -1}).startswith("error: invalid_input")
+
+
 # -- OpenAI Agents ------------------------------------------------------------------------------
 def test_openai_agents_session_protocol(mem: Memory) -> None:
     pytest.importorskip("agents")

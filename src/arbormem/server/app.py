@@ -469,28 +469,32 @@ class _WarmUp:
 
 
 def _mount_docs(app: FastAPI) -> None:
-    """Swagger UI at /docs from the swagger-ui-bundle package's own files (no CDN: the page
-    works offline), with the Authorize button of the bearer scheme."""
+    """Swagger UI at /docs from the files the fastapi-offline package ships (no CDN: the page
+    works offline), with the Authorize button of the bearer scheme. Only its static files are
+    used; the app stays a plain FastAPI."""
     try:
-        from swagger_ui_bundle import swagger_ui_path
+        from importlib.resources import files
+
+        assets: Any = files("fastapi_offline") / "static"
     except ImportError:  # pragma: no cover - the server extra installs it
-        swagger_ui_path = None
+        assets = None
 
     @app.get("/docs", include_in_schema=False)
     def docs() -> HTMLResponse:
-        if swagger_ui_path is None:
-            return HTMLResponse("<p>Interactive docs need swagger-ui-bundle: pip install 'arbormem[server]'. "
+        if assets is None:
+            return HTMLResponse("<p>Interactive docs need fastapi-offline: pip install 'arbormem[server]'. "
                                 "The schema is at <a href='/openapi.json'>/openapi.json</a>.</p>")
         return get_swagger_ui_html(
             openapi_url="/openapi.json", title="arbormem API",
             swagger_js_url="/docs/assets/swagger-ui-bundle.js",
             swagger_css_url="/docs/assets/swagger-ui.css",
-            swagger_favicon_url="/docs/assets/favicon-32x32.png",
-            swagger_ui_parameters={"persistAuthorization": False, "tryItOutEnabled": True},
+            swagger_favicon_url="/docs/assets/favicon.png",
+            # no validator badge: it would fetch validator.swagger.io
+            swagger_ui_parameters={"persistAuthorization": False, "validatorUrl": None},
         )
 
-    if swagger_ui_path is not None:
-        app.mount("/docs/assets", StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+    if assets is not None:
+        app.mount("/docs/assets", StaticFiles(directory=str(assets)), name="docs-assets")
 
 
 def small_body_limit(limits: Limits) -> int:
