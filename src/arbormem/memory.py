@@ -968,7 +968,8 @@ def _content_hash(ex: Exchange, item: Mapping[str, Any]) -> str:
     of the same file differ). Metadata is not part of it."""
     given = {"messages": list(ex.messages), "session_id": ex.session_id,
              "at": ex.user_at.isoformat() if item.get("at") is not None else None,
-             "assistant_at": ex.assistant_at.isoformat() if item.get("assistant_at") is not None else None}
+             "assistant_at": ex.assistant_at.isoformat()
+             if item.get("assistant_at") is not None and ex.assistant_at is not None else None}
     raw = json.dumps(given, ensure_ascii=False, sort_keys=True, default=str)
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 

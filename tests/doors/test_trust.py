@@ -186,10 +186,10 @@ BAD_USERS = {"a/b": "'/'", "..": "'..'", "x/../y": "'/'", "a\nb": "U+000A", "a\x
 def test_user_ids_python_and_async(tmp_path: Path) -> None:
     with Memory(tmp_path / "u.db", embedder="hash") as mem:
         for bad, why in BAD_USERS.items():
-            for call in (lambda: mem.add(chat("hi", "hello"), user_id=bad),
-                         lambda: mem.recall("hi", user_id=bad), lambda: mem.tree(user_id=bad)):
+            for call in (lambda u: mem.add(chat("hi", "hello"), user_id=u),
+                         lambda u: mem.recall("hi", user_id=u), lambda u: mem.tree(user_id=u)):
                 with pytest.raises(ValidationError, match=re.escape(why)):
-                    call()
+                    call(bad)
         assert mem.add(chat("hi", "hello"), user_id="slack:U123 élan").user_id == "slack:U123 élan"
 
     async def run() -> None:

@@ -30,7 +30,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -195,12 +195,13 @@ class ArbormemStore(BaseStore):
         for ex in self._put_items():
             if _put_key(ex) == key:
                 return ex
-        ex = self.memory.store.get_exchange(key)
-        return ex if ex is not None and ex.user_id == self.user_id else None
+        plain = self.memory.store.get_exchange(key)
+        return plain if plain is not None and plain.user_id == self.user_id else None
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
         need = op.offset + op.limit
+        items: list[Any]  # SearchItems (``_item(..., search=True)``)
         if self.view == "tree":
             items = self._search_tree(op, prefix, need)
         else:

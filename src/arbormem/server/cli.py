@@ -172,12 +172,12 @@ def chat(db: str | None, database_url: str | None, user_id: str, embedder: str |
 
         model = _make_llm(llm_base_url, llm_model)
 
-    def say(text: str, **data: Any) -> None:
+    def say(human: str, **data: Any) -> None:
         # Human text, or with --json one object per event (its "event" says which).
         if as_json:
             click.echo(json.dumps(data, ensure_ascii=False, default=str))
         else:
-            click.echo(text)
+            click.echo(human)
 
     with _memory(db, embedder, database_url) as mem:
         _warm_up(mem, quiet=True)
