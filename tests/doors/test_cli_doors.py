@@ -51,11 +51,15 @@ def test_serve_command(db: Path) -> None:
                                env=_env(), capture_output=True, text=True, timeout=60)
     assert open_host.returncode != 0 and "loopback" in open_host.stderr
 
-    proc = subprocess.Popen(_cli("serve", "--db", str(db), "--embedder", "hash", "--port", str(port)),
+    proc = subprocess.Popen(_cli("serve", "--db", str(db), "--embedder", "hash", "--port", str(port), "--json"),
                             env={**_env(), "ARBORMEM_API_TOKENS": TOKENS},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
+        assert proc.stdout is not None
+        started = json.loads(proc.stdout.readline())
+        assert started == {"url": url, "health": url + "/health", "docs": url + "/docs",
+                           "schema": url + "/openapi.json", "explorer": url + "/ui/", "auth": True}
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -65,6 +69,9 @@ def test_serve_command(db: Path) -> None:
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
             time.sleep(0.1)
+        while not httpx.get(url + "/health").json()["ready"]:  # the embedder loads in the background
+            assert time.monotonic() < deadline, "never ready"
+            time.sleep(0.05)
         r = httpx.post(url + "/v1/users/alice/recall", json={"query": "peanuts", "max_tokens": 200}, headers=A)
         assert r.status_code == 200 and "peanuts" in r.json()["text"]
         assert httpx.get(url + "/v1/users/carol/tree", headers=A).status_code == 403
@@ -107,10 +114,10 @@ def test_chat_notes_are_announced_and_the_last_one_can_be_forgotten(db: Path) ->
 
 
 def test_chat_json_prints_one_object_per_event(db: Path) -> None:
-    out = _chat(db, "peanuts\n/note Maya wants a dinosaur cake\n/tree\n/bogus\n", "--json")
+    out = _chat(db, "peanuts\n/note Maya wants a dinosaur cake\n/tree\n/help\n/forget\n/bogus\n", "--json")
     assert out.returncode == 0, out.stderr
     events = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
-    assert [e["event"] for e in events] == ["start", "recall", "stored", "tree", "error"]
+    assert [e["event"] for e in events] == ["start", "recall", "stored", "tree", "help", "forgot", "error"]
     assert events[0]["stores"] == "nothing" and "peanuts" in events[1]["text"]
     assert events[3]["tree"]["kind"] == "root"
 

@@ -178,6 +178,24 @@ def test_every_documented_command_line_runs(tmp_path: Path, monkeypatch: pytest.
     assert ran >= 10
 
 
+def test_the_readme_python_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quick start, async and documents examples of README.md, as printed (with the hash
+    embedder and a real topic id for the documented placeholder). The integrations and
+    consolidation snippets are fragments of a larger program (a graph builder, an agent);
+    test_integrations.py and tests/organize run their calls."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text("utf-8"), re.S)
+    quick, aio_block, docs_block = blocks[0], blocks[1], blocks[3]
+    assert "Memory(\"memory.db\")" in quick and "AsyncMemory" in aio_block and "add_document" in docs_block
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ARBORMEM_EMBEDDER", "hash")
+    monkeypatch.delenv("ARBORMEM_DATABASE_URL", raising=False)
+    (tmp_path / "handbook.md").write_text("Expenses. Submit receipts within 30 days of purchase.\n\n"
+                                          "Security. Rotate your badge code every two weeks.\n", "utf-8")
+    exec(quick.replace("topic_id", 'mem.topics(user_id="u1")[-1].id'), {})
+    exec(aio_block, {})
+    exec("from arbormem import Memory\nmem = Memory('memory.db')\n" + docs_block + "\nmem.close()", {})
+
+
 # -- one user-id rule, every door ----------------------------------------------------------------
 BAD_USERS = {"a/b": "'/'", "..": "'..'", "x/../y": "'/'", "a\nb": "U+000A", "a\x00b": "U+0000",
              " alice": "whitespace", "": "empty"}
