@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 _PARA = re.compile(r"\n\s*\n")
 MARKER_PREFIX = "dochash:"
 SOURCE_PREFIX = "docsrc:"
+INDEXED_TARGET = "docsrc:indexed"  # this user's pre-version documents have markers
 
 
 @dataclass(frozen=True)
@@ -223,14 +224,25 @@ def _source_key(source: str) -> str:
 
 def _current_ids(mem: Memory, uid: str, source: str) -> list[str]:
     """The chunk ids of ``source``'s current version (call inside the user's transaction).
-    A document added before versions were recorded has no marker: its chunks are found by
-    their metadata (one scan of the user's exchanges, once; the next add records them)."""
+
+    Documents added before versions were recorded have no marker: the first call for a user
+    scans the user's exchanges once, records a marker for every such source and a
+    ``docsrc:indexed`` mark, so no later call scans again."""
     store = mem.store
     for change in store.list_changes(uid, target_id=_source_key(source), limit=1):
         ids = change.detail.get("ids")
         return [str(i) for i in ids] if isinstance(ids, list) else []
-    return [ex.id for ex in store.iter_exchanges(uid)
-            if ex.metadata.get("kind") == "document" and ex.metadata.get("source") == source]
+    if store.list_changes(uid, target_id=INDEXED_TARGET, limit=1):
+        return []
+    found: dict[str, list[str]] = {}
+    for ex in store.iter_exchanges(uid):
+        src = ex.metadata.get("source")
+        if ex.metadata.get("kind") == "document" and isinstance(src, str):
+            found.setdefault(src, []).append(ex.id)
+    for src, ids in found.items():
+        store.log_change(uid, "document", _source_key(src), {"source": src, "doc_sha256": None, "ids": ids})
+    store.log_change(uid, "document_index", INDEXED_TARGET, {"sources": len(found)})
+    return found.get(source, [])
 
 
 def delete_document(mem: Memory, source: str, *, user_id: str) -> tuple[str, ...]:
