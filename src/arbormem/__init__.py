@@ -26,7 +26,17 @@ from .errors import (
     ValidationError,
 )
 from .memory import Memory
-from .models import Exchange, ForgetReport, Hit, Recall, RecallTrace, Stats, Topic
+from .models import (
+    Exchange,
+    ForgetReport,
+    Hit,
+    ImportReport,
+    Recall,
+    RecallTrace,
+    SkippedItem,
+    Stats,
+    Topic,
+)
 
 __version__ = "0.1.0"
 
@@ -43,6 +53,8 @@ __all__ = [
     "RecallTrace",
     "Stats",
     "ForgetReport",
+    "ImportReport",
+    "SkippedItem",
     "ArbormemError",
     "ValidationError",
     "ImportFormatError",

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .errors import ArbormemError, ImportFormatError, ValidationError
+from .errors import ArbormemError, ImportFormatError, NotFoundError, ValidationError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,6 +45,37 @@ def _memory(db: str | None, embedder: str | None = None, **kwargs: Any) -> Any:
     from .memory import Memory
 
     return Memory(db, embedder=embedder, **kwargs)
+
+
+def _existing(db: str | None, embedder: str | None = None, *, user_id: str | None = None) -> Any:
+    """A memory that must exist already, for the commands that only read (or delete): a
+    missing file, a directory, a file that is not an arbormem memory and (with ``user_id``)
+    a user the memory does not hold are one-line errors, and nothing is created."""
+    from .config import Settings
+    from .memory import Memory
+    from .store.sqlite import SQLiteStore
+    from .validate import user_id as check_user
+
+    settings = Settings()
+    if user_id is not None:
+        check_user(user_id)
+    if db is None and settings.database_url:
+        mem = Memory(embedder=embedder, settings=settings)  # PostgreSQL: it exists or fails
+        where = "the PostgreSQL memory"
+    else:
+        path = db if db is not None else settings.db
+        if path != ":memory:" and not Path(path).exists():
+            raise ValidationError(f"no SQLite memory at {path}")
+        mem = Memory(store=SQLiteStore(path, create=path == ":memory:"), embedder=embedder, settings=settings)
+        where = str(path)
+    if user_id is not None:
+        users = mem.store.list_users()
+        if user_id not in users:
+            mem.close()
+            shown = ", ".join(repr(u) for u in users[:5]) + (", ..." if len(users) > 5 else "")
+            raise NotFoundError(f"no user {user_id!r} in {where} "
+                                f"({len(users)} user{'s' if len(users) != 1 else ''}{': ' + shown if users else ''})")
+    return mem
 
 
 def _print_json(obj: Any) -> None:
@@ -142,7 +173,7 @@ def _make_llm(base_url: str, model: str) -> Any:
 @json_option
 @_errors
 def organize(db: str | None, user_id: str, embedder: str | None, limit: int, as_json: bool) -> None:
-    with _memory(db, embedder) as mem:
+    with _existing(db, embedder, user_id=user_id) as mem:
         if mem.llm is None:
             raise click.ClickException("no LLM: set ARBORMEM_LLM__BASE_URL and ARBORMEM_LLM__MODEL")
         r = mem.organize(user_id, limit=limit)
@@ -153,7 +184,9 @@ def organize(db: str | None, user_id: str, embedder: str | None, limit: int, as_
         click.echo(f"labelled {r.labelled}/{r.candidates} topics with {r.llm_calls} LLM calls ({r.failed} failed)")
 
 
-@main.command("import", help="Import exchanges from a JSON list or JSONL file (one exchange per line).")
+@main.command("import", help="Import exchanges from a JSON list or JSONL file (one exchange per line). "
+                             "Items the memory already holds (same messages, session and times) are "
+                             "skipped and counted, so importing a file twice stores it once.")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @db_option
 @user_option
@@ -165,11 +198,15 @@ def import_cmd(path: Path, db: str | None, user_id: str, embedder: str | None, a
     from tqdm import tqdm
 
     with _memory(db, embedder) as mem, tqdm(total=len(items), unit="ex", disable=as_json, file=sys.stderr) as bar:
-        done = mem.add_many(items, user_id=user_id, progress=lambda n, total: bar.update(n - bar.n))
+        rep = mem.import_exchanges(items, user_id=user_id, progress=lambda n, total: bar.update(n - bar.n))
     if as_json:
-        _print_json({"imported": len(done), "user_id": user_id})
+        _print_json({"imported": len(rep.added), "skipped": len(rep.skipped), "user_id": user_id,
+                     "skipped_items": [s.to_dict() for s in rep.skipped]})
     else:
-        click.echo(f"imported {len(done)} exchanges for user {user_id!r}")
+        click.echo(f"imported {len(rep.added)} exchanges for user {user_id!r}"
+                   + (f"; skipped {len(rep.skipped)} already in the memory (items "
+                      f"{', '.join(str(s.index + 1) for s in rep.skipped[:10])}"
+                      f"{', ...' if len(rep.skipped) > 10 else ''})" if rep.skipped else ""))
 
 
 def read_import_file(path: Path) -> list[dict[str, Any]]:
@@ -253,7 +290,7 @@ def recall(query: str, db: str | None, user_id: str, embedder: str | None, max_t
            session_id: str | None, since: str | None, until: str | None, meta: tuple[str, ...],
            min_relevance: float | None) -> None:
     filters = _filters(session_id, since, until, meta, min_relevance)
-    with _memory(db, embedder) as mem:
+    with _existing(db, embedder, user_id=user_id) as mem:
         r = mem.recall(query, user_id=user_id, max_tokens=max_tokens, **filters)
     if as_json:
         _print_json(r.to_dict())
@@ -276,7 +313,7 @@ def search(query: str, db: str | None, user_id: str, embedder: str | None, limit
            session_id: str | None, since: str | None, until: str | None, meta: tuple[str, ...],
            min_relevance: float | None) -> None:
     filters = _filters(session_id, since, until, meta, min_relevance)
-    with _memory(db, embedder) as mem:
+    with _existing(db, embedder, user_id=user_id) as mem:
         hits = mem.search(query, user_id=user_id, limit=limit, **filters)
     if as_json:
         _print_json([h.to_dict() for h in hits])
@@ -295,7 +332,7 @@ def search(query: str, db: str | None, user_id: str, embedder: str | None, limit
 @json_option
 @_errors
 def tree(db: str | None, user_id: str, depth: int, as_json: bool) -> None:
-    with _memory(db, "hash") as mem:  # reading the tree needs no embedding model
+    with _existing(db, "hash", user_id=user_id) as mem:  # reading the tree needs no embedding model
         root = mem.tree(user_id=user_id)
     if as_json:
         _print_json(root.to_dict())
@@ -309,7 +346,7 @@ def tree(db: str | None, user_id: str, depth: int, as_json: bool) -> None:
 @json_option
 @_errors
 def stats(db: str | None, user_id: str, as_json: bool) -> None:
-    with _memory(db, "hash") as mem:
+    with _existing(db, "hash", user_id=user_id) as mem:
         s = mem.stats(user_id=user_id)
     if as_json:
         _print_json(s.to_dict())
@@ -327,9 +364,7 @@ def stats(db: str | None, user_id: str, as_json: bool) -> None:
 @json_option
 @_errors
 def forget(db: str | None, user_id: str, topic_id: str, yes: bool, as_json: bool) -> None:
-    if db is not None and db != ":memory:" and not Path(db).exists():
-        raise ValidationError(f"no SQLite memory at {db}")
-    with _memory(db, "hash") as mem:  # deleting needs no embedding model
+    with _existing(db, "hash", user_id=user_id) as mem:  # deleting needs no embedding model
         r = mem.forget_topic(topic_id, user_id=user_id, dry_run=True)
         heads = [mem.get(x) for x in r.exchange_ids]  # read before they go
         if yes:  # exactly what was previewed, or refused if the topic changed meanwhile

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import validate as v
-from .errors import ValidationError
+from .errors import NotFoundError, ValidationError
 from .models import Exchange, _Serializable
 from .organize.tree import TreeSession, new_id
 from .text import sentences, term_counts
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 _PARA = re.compile(r"\n\s*\n")
 MARKER_PREFIX = "dochash:"
+SOURCE_PREFIX = "docsrc:"
+INDEXED_TARGET = "docsrc:indexed"  # this user's pre-version documents have markers
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,8 @@ class DocumentReport(_Serializable):
     doc_sha256: str
     chunks: int
     added: tuple[Exchange, ...]
-    duplicates: tuple[str, ...]  # ids of existing exchanges holding identical chunks
+    duplicates: tuple[str, ...]  # ids of this source's stored chunks kept as they were
+    removed: tuple[str, ...] = ()  # ids of the previous version's chunks that went
 
 
 def _split_long(text: str, max_chars: int) -> list[str]:
@@ -130,8 +133,7 @@ def add_document(
 ) -> DocumentReport:
     """Chunk ``text`` and store new chunks as exchanges (see the module docstring)."""
     uid = v.user_id(user_id)
-    if not isinstance(source, str) or not source.strip() or len(source) > 1000:
-        raise ValidationError("source must be a non-empty string of at most 1000 characters")
+    _check_source(source)
     if not isinstance(text, str) or not text.strip():
         raise ValidationError("text is empty")
     if "\x00" in text:
@@ -152,51 +154,119 @@ def add_document(
         items.append((h, ex))
 
     store = mem.store
-    dupes: dict[str, str] = {}
 
     def existing(h: str) -> str | None:
-        for change in store.list_changes(uid, target_id=MARKER_PREFIX + h, limit=5):
+        # This source's chunk with this content: a document owns its chunks, so replacing
+        # or deleting it never takes a chunk another source holds too.
+        for change in store.list_changes(uid, target_id=MARKER_PREFIX + h, limit=100):
             ex_id = str(change.detail.get("exchange_id", ""))
             ex = store.get_exchange(ex_id) if ex_id else None
-            if ex is not None and ex.user_id == uid and ex.metadata.get("content_sha256") == h:
+            if (ex is not None and ex.user_id == uid and ex.metadata.get("content_sha256") == h
+                    and ex.metadata.get("source") == source):
                 return ex.id
         return None
 
-    # Cheap pre-check so a re-added document embeds nothing; repeated inside the transaction,
-    # which is what makes it safe against a concurrent writer.
-    todo = []
+    unique: list[tuple[str, Exchange]] = []
     seen: set[str] = set()
     for h, ex in items:
-        if h in seen:
-            continue
-        seen.add(h)
-        found = existing(h)
-        if found:
-            dupes[h] = found
-        else:
-            todo.append((h, ex))
+        if h not in seen:
+            seen.add(h)
+            unique.append((h, ex))
+    # Cheap pre-check so a re-added document embeds nothing; repeated inside the transaction,
+    # which is what makes it safe against a concurrent writer.
+    todo = [(h, ex) for h, ex in unique if existing(h) is None]
+    vecs = dict(zip([h for h, _ in todo], mem.embedder.embed([ex.text for _, ex in todo]), strict=True)) if todo else {}
+    mem._check_embedder()
+    dupes: dict[str, str] = {}
     added: list[Exchange] = []
-    if todo:
-        mem._check_embedder()
-        vecs = mem.embedder.embed([ex.text for _, ex in todo])
-        with store.transaction(uid):
-            tree = TreeSession(store, uid, mem.settings.tree)
-            counts: list[dict[str, int]] = []
-            for (h, ex), vec in zip(todo, vecs, strict=True):
-                found = existing(h)
-                if found:
-                    dupes[h] = found
-                    continue
-                ex = dataclasses.replace(ex, id=new_id("x"), seq=store.next_seq(uid))
-                counts.append(term_counts(ex.text))
-                ex = mem._ingest(tree, ex, vec, update=False, flush=False, counts=counts[-1])
-                store.log_change(uid, "document_chunk", MARKER_PREFIX + h,
-                                 {"exchange_id": ex.id, "source": source})
-                added.append(ex)
-            mem._index_batch(uid, added, counts)
-            tree.flush()
+    with store.transaction(uid):
+        kept: dict[str, str] = {}
+        fresh: list[tuple[str, Exchange]] = []
+        for h, ex in unique:
+            found = existing(h)
+            if found:
+                kept[h] = found
+            else:
+                fresh.append((h, ex))
+        # The previous version's chunks that the new one does not keep go first, through the
+        # one deletion path (tree, vectors, full text, statistics), in this transaction: a
+        # reader sees the old version or the new one, never both.
+        removed = [x for x in _current_ids(mem, uid, source) if x not in set(kept.values())]
+        for old in store.get_exchanges(uid, removed):
+            mem._delete_exchange(old)
+        missing = [(h, ex) for h, ex in fresh if h not in vecs]  # a chunk deleted meanwhile
+        if missing:
+            vecs.update(zip([h for h, _ in missing], mem.embedder.embed([ex.text for _, ex in missing]), strict=True))
+        tree = TreeSession(store, uid, mem.settings.tree)
+        counts: list[dict[str, int]] = []
+        for h, ex in fresh:
+            ex = dataclasses.replace(ex, id=new_id("x"), seq=store.next_seq(uid))
+            counts.append(term_counts(ex.text))
+            ex = mem._ingest(tree, ex, vecs[h], update=False, flush=False, counts=counts[-1])
+            store.log_change(uid, "document_chunk", MARKER_PREFIX + h, {"exchange_id": ex.id, "source": source})
+            added.append(ex)
+            kept[h] = ex.id
+        mem._index_batch(uid, added, counts)
+        tree.flush()
+        dupes = {h: x for h, x in kept.items() if x not in {e.id for e in added}}
+        store.log_change(uid, "document", _source_key(source),
+                         {"source": source, "doc_sha256": doc_sha, "ids": [kept[h] for h, _ in unique]})
+        if removed:
+            store.purge_deleted_text()
     return DocumentReport(source=source, doc_sha256=doc_sha, chunks=n, added=tuple(added),
-                          duplicates=tuple(dupes.values()))
+                          duplicates=tuple(dupes.values()), removed=tuple(removed))
 
 
-__all__ = ["DocumentReport", "add_document", "chunk_text"]
+def _source_key(source: str) -> str:
+    """Change-log target of a source's current version (its chunk ids, in order)."""
+    return SOURCE_PREFIX + hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def _current_ids(mem: Memory, uid: str, source: str) -> list[str]:
+    """The chunk ids of ``source``'s current version (call inside the user's transaction).
+
+    Documents added before versions were recorded have no marker: the first call for a user
+    scans the user's exchanges once, records a marker for every such source and a
+    ``docsrc:indexed`` mark, so no later call scans again."""
+    store = mem.store
+    for change in store.list_changes(uid, target_id=_source_key(source), limit=1):
+        ids = change.detail.get("ids")
+        return [str(i) for i in ids] if isinstance(ids, list) else []
+    if store.list_changes(uid, target_id=INDEXED_TARGET, limit=1):
+        return []
+    found: dict[str, list[str]] = {}
+    for ex in store.iter_exchanges(uid):
+        src = ex.metadata.get("source")
+        if ex.metadata.get("kind") == "document" and isinstance(src, str):
+            found.setdefault(src, []).append(ex.id)
+    for src, ids in found.items():
+        store.log_change(uid, "document", _source_key(src), {"source": src, "doc_sha256": None, "ids": ids})
+    store.log_change(uid, "document_index", INDEXED_TARGET, {"sources": len(found)})
+    return found.get(source, [])
+
+
+def delete_document(mem: Memory, source: str, *, user_id: str) -> tuple[str, ...]:
+    """Delete every chunk of ``source`` (its current version) in one transaction; returns
+    their ids. NotFoundError when the user holds no document under that source."""
+    uid = v.user_id(user_id)
+    _check_source(source)
+    store = mem.store
+    with store.transaction(uid):
+        ids = _current_ids(mem, uid, source)
+        gone = store.get_exchanges(uid, ids)
+        if not gone:
+            raise NotFoundError(f"no document with source {source!r}")
+        for ex in gone:
+            mem._delete_exchange(ex)
+        store.log_change(uid, "document", _source_key(source), {"source": source, "doc_sha256": None, "ids": []})
+        store.purge_deleted_text()
+    return tuple(ex.id for ex in gone)
+
+
+def _check_source(source: object) -> None:
+    if not isinstance(source, str) or not source.strip() or len(source) > 1000:
+        raise ValidationError("source must be a non-empty string of at most 1000 characters")
+    v.item_id(source[:256], "source")  # valid Unicode, no NUL
+
+
+__all__ = ["DocumentReport", "add_document", "delete_document", "chunk_text"]

@@ -10,6 +10,7 @@ Read path (``recall``/``search``): see ``retrieve/engine.py``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import threading
@@ -31,9 +32,11 @@ from .models import (
     Exchange,
     ForgetReport,
     Hit,
+    ImportReport,
     Recall,
     ReembedProgress,
     ReembedReport,
+    SkippedItem,
     Stats,
     Topic,
 )
@@ -55,6 +58,8 @@ if TYPE_CHECKING:
 ProgressFn = Callable[[int, int], None]
 #: Change-log target of an import's idempotency key (``add_many(request_id=...)``).
 _IMPORT_PREFIX = "import:"
+#: Change-log target of an imported exchange's content hash (``import_exchanges``).
+_HASH_PREFIX = "xhash:"
 _ITEM_KEYS = frozenset({"messages", "session_id", "at", "assistant_at", "metadata", "user_id"})
 
 #: Store meta key of an unfinished re-embed: JSON ``{"target": "NAME:DIM", "done": [users]}``
@@ -135,6 +140,15 @@ class Memory:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def warm_up(self) -> float:
+        """Load the embedding model (and the token counter) now instead of on first use;
+        returns the seconds it took. Servers call it at start, in the background, so the
+        first write does not stall for the model load."""
+        t0 = time.perf_counter()
+        self.embedder.embed(["warm up"])
+        self.tokens.count("warm up")
+        return time.perf_counter() - t0
+
     def _check_embedder(self) -> None:
         # Vectors of different models must never share an index: record the model once and
         # refuse another one later.
@@ -180,9 +194,11 @@ class Memory:
             self.store.insert_exchange(ex)
         return ex
 
-    def complete(self, exchange_id: str, assistant_text: str, *, at: datetime | str | None = None) -> Exchange:
-        """Attach the assistant's reply, place the exchange in the tree and index it."""
-        ex = self._pending(exchange_id)
+    def complete(self, exchange_id: str, assistant_text: str, *, at: datetime | str | None = None,
+                 user_id: str | None = None) -> Exchange:
+        """Attach the assistant's reply, place the exchange in the tree and index it.
+        With ``user_id`` an exchange of another user is not found (every door passes it)."""
+        ex = self._pending(exchange_id, user_id)
         reply = v.text(assistant_text, "assistant_text", self.settings.max_message_chars)
         if len(ex.user_text) + len(reply) > self.settings.limits.max_exchange_chars:
             raise ValidationError(f"the exchange would hold more than {self.settings.limits.max_exchange_chars} "
@@ -203,9 +219,10 @@ class Memory:
             done = self._ingest(TreeSession(self.store, ex.user_id, self.settings.tree), done, vec, update=True)
         return done
 
-    def fail(self, exchange_id: str, reason: str) -> Exchange:
-        """Mark a pending exchange failed (the reply never came). It is never recalled."""
-        ex = self._pending(exchange_id)
+    def fail(self, exchange_id: str, reason: str, *, user_id: str | None = None) -> Exchange:
+        """Mark a pending exchange failed (the reply never came). It is never recalled.
+        With ``user_id`` an exchange of another user is not found."""
+        ex = self._pending(exchange_id, user_id)
         why = v.text(reason, "reason", 10_000)
         with self.store.transaction(ex.user_id):
             current = self.store.get_exchange(exchange_id)
@@ -215,10 +232,8 @@ class Memory:
             self.store.update_exchange(failed)
         return failed
 
-    def _pending(self, exchange_id: str) -> Exchange:
-        ex = self.store.get_exchange(v.item_id(exchange_id, "exchange_id"))
-        if ex is None:
-            raise NotFoundError(f"no exchange {exchange_id!r}")
+    def _pending(self, exchange_id: str, user_id: str | None) -> Exchange:
+        ex = self.get(exchange_id, user_id=user_id)
         if ex.status != "pending":
             raise StateError(f"exchange {exchange_id} is {ex.status}, not pending")
         return ex
@@ -246,37 +261,74 @@ class Memory:
         same call can simply be retried. ``request_id`` (a client's idempotency key) covers the
         case where the caller cannot know whether a call went through (a lost reply): a call
         with a key the user's memory already stored returns the exchanges stored then (those
-        not deleted since) and stores nothing. The key is kept in the change log."""
+        not deleted since) and stores nothing. The key is kept in the change log.
+        Every item is stored, even one repeating a stored exchange: ``import_exchanges`` skips
+        those (re-importing a file)."""
+        return list(self._add_many(items, user_id, batch_size, progress, request_id, dedupe=False).added)
+
+    def import_exchanges(
+        self, items: Iterable[Mapping[str, Any]], *, user_id: str, batch_size: int = 256,
+        progress: ProgressFn | None = None, request_id: str | None = None,
+    ) -> ImportReport:
+        """``add_many`` that is idempotent by content: an item repeating an exchange an
+        earlier import stored (same messages, session and given times; metadata aside) is
+        skipped, and the ``ImportReport`` says which (item index, stored exchange id).
+        Importing the same file twice stores it once. Repeats inside one call are kept
+        (a conversation may hold the same "thanks" twice), and count against as many stored
+        copies on the next import. What ``arbormem import`` and ``POST .../exchanges/import`` use."""
+        return self._add_many(items, user_id, batch_size, progress, request_id, dedupe=True)
+
+    def _add_many(
+        self, items: Iterable[Mapping[str, Any]], user_id: str, batch_size: int,
+        progress: ProgressFn | None, request_id: str | None, *, dedupe: bool,
+    ) -> ImportReport:
+        """The one bulk write path (``add_many``, ``import_exchanges``, ``add``)."""
         uid = v.user_id(user_id)
         v.integer(batch_size, "batch_size", 1)
         key = None if request_id is None else _IMPORT_PREFIX + v.item_id(request_id, "request_id")
         if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
             raise ValidationError("items must be an iterable of dicts with 'messages'")
-        prepared = [self._prepare(uid, item, i) for i, item in enumerate(items)]
+        raw = list(items)
+        prepared = [self._prepare(uid, item, i) for i, item in enumerate(raw)]
+        hashes = [_content_hash(ex, item) for ex, item in zip(prepared, raw, strict=True)] if dedupe else []
         if key is not None and (done := self._imported(uid, key)) is not None:
-            return done
-        if not prepared:
-            return []
-        total = len(prepared)
-        vecs: list[np.ndarray] = []
+            return ImportReport(added=tuple(done))
+        # Skipped before embedding (re-importing a file embeds nothing); checked again under
+        # the write lock, which is what makes it safe against a concurrent import.
+        skipped = self._repeats(uid, hashes) if dedupe else {}
+        todo = [i for i in range(len(prepared)) if i not in skipped]
+        if not todo:
+            return ImportReport(skipped=_skipped(skipped))
+        total = len(todo)
+        vecs: dict[int, np.ndarray] = {}
         for start in range(0, total, batch_size):
-            vecs.extend(self.embedder.embed([ex.text for ex in prepared[start : start + batch_size]]))
+            part = todo[start : start + batch_size]
+            vecs.update(zip(part, self.embedder.embed([prepared[i].text for i in part]), strict=True))
             self._check_embedder()  # after embedding: see complete()
             if progress is not None:
                 progress(min(start + batch_size, total), total)
         out: list[Exchange] = []
         with self.store.transaction(uid):
             if key is not None and (done := self._imported(uid, key)) is not None:
-                return done  # a concurrent call with the same key got there first
+                return ImportReport(added=tuple(done))  # a concurrent call with the same key got there first
+            if dedupe:
+                skipped = self._repeats(uid, hashes)
+                todo = [i for i in range(len(prepared)) if i not in skipped]
+                late = [i for i in todo if i not in vecs]  # its stored copy was deleted meanwhile
+                if late:
+                    vecs.update(zip(late, self.embedder.embed([prepared[i].text for i in late]), strict=True))
             # Placed and indexed batch by batch (each lexical key written once per batch, the
             # tree's changed nodes flushed once per batch), all inside the one transaction.
-            for start in range(0, total, batch_size):
+            for start in range(0, len(todo), batch_size):
+                part = todo[start : start + batch_size]
                 tree = TreeSession(self.store, uid, self.settings.tree)
                 stored, counts = [], []
-                for ex, vec in zip(prepared[start : start + batch_size], vecs[start : start + batch_size], strict=True):
-                    ex = dataclasses.replace(ex, seq=self.store.next_seq(uid))
+                for i in part:
+                    ex = dataclasses.replace(prepared[i], seq=self.store.next_seq(uid))
                     counts.append(term_counts(ex.text))
-                    stored.append(self._ingest(tree, ex, vec, update=False, flush=False, counts=counts[-1]))
+                    stored.append(self._ingest(tree, ex, vecs[i], update=False, flush=False, counts=counts[-1]))
+                    if dedupe:
+                        self.store.log_change(uid, "import_item", _HASH_PREFIX + hashes[i], {"exchange_id": ex.id})
                 self._index_batch(uid, stored, counts)
                 tree.flush()
                 out.extend(stored)
@@ -285,6 +337,20 @@ class Memory:
                            for e in out]
             if key is not None:
                 self.store.log_change(uid, "import", key, {"ids": [e.id for e in out]})
+        return ImportReport(added=tuple(out), skipped=_skipped(skipped))
+
+    def _repeats(self, uid: str, hashes: Sequence[str]) -> dict[int, str]:
+        """Item index -> id of the stored exchange it repeats. Each stored copy answers one
+        item: two identical items against one stored copy skip the first, store the second."""
+        live: dict[str, list[str]] = {}
+        out: dict[int, str] = {}
+        for i, h in enumerate(hashes):
+            if h not in live:
+                ids = [str(c.detail.get("exchange_id", "")) for c in
+                       self.store.list_changes(uid, target_id=_HASH_PREFIX + h, limit=10_000)]
+                live[h] = [e.id for e in self.store.get_exchanges(uid, [x for x in ids if x])]
+            if live[h]:
+                out[i] = live[h].pop(0)
         return out
 
     def _imported(self, user_id: str, key: str) -> list[Exchange] | None:
@@ -299,12 +365,24 @@ class Memory:
         metadata: Mapping[str, Any] | None = None, max_chars: int = 1200, overlap_chars: int = 200,
     ) -> DocumentReport:
         """Chunk a document at paragraph/sentence boundaries (with overlap) and file the chunks
-        into the tree like exchanges, recallable with their source. Chunks already stored for
-        this user (same content hash) are skipped, across processes (``documents.py``)."""
+        into the tree like exchanges, recallable with their source.
+
+        ``source`` names the document: adding under a source already held replaces that
+        source's previous version in one transaction (unchanged chunks are kept as they are,
+        the others go through the deletion path; ``DocumentReport.removed``). Re-adding the
+        same text stores nothing, across processes (``documents.py``)."""
         from .documents import add_document
 
         return add_document(self, text, source=source, user_id=user_id, at=at, metadata=metadata,
                             max_chars=max_chars, overlap_chars=overlap_chars)
+
+    def delete_document(self, source: str, *, user_id: str) -> tuple[str, ...]:
+        """Delete the document stored under ``source``: every chunk, from the transcript, the
+        tree and every index, in one transaction. Returns the deleted exchange ids;
+        ``NotFoundError`` if the user holds no document under that source."""
+        from .documents import delete_document
+
+        return delete_document(self, source, user_id=user_id)
 
     def _prepare(self, uid: str, item: Mapping[str, Any], index: int) -> Exchange:
         if not isinstance(item, Mapping):
@@ -513,10 +591,12 @@ class Memory:
         self._check_embedder()
         return self.retriever.search(uid, body, limit, where, floor)
 
-    def get(self, exchange_id: str) -> Exchange:
-        """The exchange with this id; NotFoundError if there is none."""
+    def get(self, exchange_id: str, *, user_id: str | None = None) -> Exchange:
+        """The exchange with this id; NotFoundError if there is none, or (with ``user_id``)
+        if it belongs to another user: existence is never revealed across users."""
+        uid = None if user_id is None else v.user_id(user_id)
         ex = self.store.get_exchange(v.item_id(exchange_id, "exchange_id"))
-        if ex is None:
+        if ex is None or (uid is not None and ex.user_id != uid):
             raise NotFoundError(f"no exchange {exchange_id!r}")
         return ex
 
@@ -769,9 +849,10 @@ class Memory:
                 self.store.log_change(uid, "rebuild", tree.root.id, {"exchanges": len(exs), "topics": out[uid]})
         return out
 
-    def delete(self, exchange_id: str) -> None:
-        """Delete one exchange from the transcript, its topic and every index."""
-        ex = self.get(exchange_id)
+    def delete(self, exchange_id: str, *, user_id: str | None = None) -> None:
+        """Delete one exchange from the transcript, its topic and every index. With
+        ``user_id`` an exchange of another user is not found (and not deleted)."""
+        ex = self.get(exchange_id, user_id=user_id)
         with self.store.transaction(ex.user_id):
             self._delete_exchange(ex)
             self.store.purge_deleted_text()
@@ -884,7 +965,15 @@ class Memory:
 
     def delete_user(self, user_id: str) -> int:
         """Delete every exchange, topic, index entry and log row of a user; returns the count."""
-        n = self.store.delete_user(v.user_id(user_id))
+        try:
+            uid = v.user_id(user_id)
+        except ValidationError:
+            # A user stored before the one user-id rule (docs/doors.md) can still be deleted,
+            # never read or written.
+            if not isinstance(user_id, str) or user_id not in self.store.list_users():
+                raise
+            uid = user_id
+        n = self.store.delete_user(uid)
         if self.llm is not None:  # the LLM call log may quote the user's text
             self.llm.clear_log()
         return n
@@ -897,6 +986,22 @@ def _relevance(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ValidationError("min_relevance must be a finite number >= 0")
     return float(value)
+
+
+def _content_hash(ex: Exchange, item: Mapping[str, Any]) -> str:
+    """What makes an imported exchange the same one again: its messages, session and the
+    times the item gave (an item without times gets "now", which must not make a re-import
+    of the same file differ). Metadata is not part of it."""
+    given = {"messages": list(ex.messages), "session_id": ex.session_id,
+             "at": ex.user_at.isoformat() if item.get("at") is not None else None,
+             "assistant_at": ex.assistant_at.isoformat()
+             if item.get("assistant_at") is not None and ex.assistant_at is not None else None}
+    raw = json.dumps(given, ensure_ascii=False, sort_keys=True, default=str)
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+def _skipped(found: Mapping[int, str]) -> tuple[SkippedItem, ...]:
+    return tuple(SkippedItem(index=i, exchange_id=x) for i, x in sorted(found.items()))
 
 
 def _topic(rec: TopicRecord, depth: int, path: tuple[str, ...], children: tuple[Topic, ...]) -> Topic:

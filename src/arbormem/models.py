@@ -232,5 +232,23 @@ class ForgetReport(_Serializable):
     applied: bool
 
 
+@dataclass(frozen=True)
+class SkippedItem(_Serializable):
+    """An import item that was not stored: ``index`` (0-based, in the items given) repeats
+    the stored exchange ``exchange_id``."""
+
+    index: int
+    exchange_id: str
+
+
+@dataclass(frozen=True)
+class ImportReport(_Serializable):
+    """What ``Memory.import_exchanges`` did: the exchanges stored now (``added``) and the
+    items skipped because the memory already held them (``skipped``)."""
+
+    added: tuple[Exchange, ...] = ()
+    skipped: tuple[SkippedItem, ...] = ()
+
+
 __all__ = ["Exchange", "Topic", "Hit", "Recall", "RecallTrace", "Stats", "ReembedProgress",
-           "ReembedReport", "ForgetReport", "Status", "Message"]
+           "ReembedReport", "ForgetReport", "ImportReport", "SkippedItem", "Status", "Message"]

@@ -63,10 +63,33 @@ def _ident(value: object, what: str, *, required: bool) -> str | None:
     return value
 
 
+#: Characters a user id may not hold: it is a path segment of the HTTP API
+#: (``/v1/users/{user_id}/...``) and a label in logs and the CLI, so it must survive both.
+USER_ID_RULE = ("a user id is 1-256 characters of printable text without surrounding spaces, "
+                "'/', '\\' or '..'")
+
+
 def user_id(value: object) -> str:
-    out = _ident(value, "user_id", required=True)
-    assert out is not None
-    return out
+    """The one rule for user ids, behind every door (Python, HTTP, MCP, CLI, integrations):
+    1-256 characters, valid Unicode, no control or line-break characters (NUL, newline, tab,
+    U+2028 ...), no leading or trailing whitespace, no ``/`` or ``\\`` (a user id is one
+    segment of an HTTP path; ``a/b`` could never be reached there) and no ``..``."""
+    if not isinstance(value, str):
+        raise ValidationError(f"user_id must be a string, got {type(value).__name__}")
+    if not value or not value.strip():
+        raise ValidationError(f"user_id is empty; {USER_ID_RULE}")
+    if len(value) > MAX_ID:
+        raise ValidationError(f"user_id is {len(value)} characters; {USER_ID_RULE}")
+    _unicode(value, "user_id")
+    bad = next((c for c in value if c in _LINE_BREAKS or unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
+    if bad is not None:
+        raise ValidationError(f"user_id holds the control or format character U+{ord(bad):04X}; {USER_ID_RULE}")
+    if value != value.strip():
+        raise ValidationError(f"user_id {value!r} starts or ends with whitespace; {USER_ID_RULE}")
+    for part in ("/", "\\", ".."):
+        if part in value:
+            raise ValidationError(f"user_id {value!r} holds {part!r}; {USER_ID_RULE}")
+    return value
 
 
 def session_id(value: object) -> str | None:

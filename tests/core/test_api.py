@@ -10,7 +10,7 @@ from tests.conftest import chat
 def test_exported_names_are_pinned() -> None:
     assert sorted(arbormem.__all__) == sorted([
         "Memory", "AsyncMemory", "Settings", "Embedder", "CallableEmbedder", "Exchange", "Topic", "Hit", "Recall",
-        "RecallTrace", "Stats", "ForgetReport", "ArbormemError", "ValidationError", "ImportFormatError",
+        "RecallTrace", "Stats", "ForgetReport", "ImportReport", "SkippedItem", "ArbormemError", "ValidationError", "ImportFormatError",
         "NotFoundError", "StateError", "ConfirmationRequired", "StoreError", "MigrationError", "EmbeddingError",
         "LLMError", "ConfigError",
     ])

@@ -33,7 +33,10 @@ def test_import_and_query_commands(tmp_path: Path) -> None:
     r = CliRunner()
     res = r.invoke(main, ["import", str(data), "--db", db, "--user", "v", "--embedder", "hash", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output) == {"imported": 6, "user_id": "v"}
+    assert json.loads(res.output) == {"imported": 6, "skipped": 0, "user_id": "v", "skipped_items": []}
+    again = r.invoke(main, ["import", str(data), "--db", db, "--user", "v", "--embedder", "hash", "--json"])
+    assert again.exit_code == 0 and json.loads(again.output)["imported"] == 0  # idempotent
+    assert json.loads(again.output)["skipped"] == 6
     res = r.invoke(main, ["search", "violin", "--db", db, "--user", "v", "--embedder", "hash", "--json"])
     assert res.exit_code == 0 and "violin" in json.loads(res.output)[0]["exchange"]["user_text"]
     res = r.invoke(main, ["recall", "violin lessons", "--db", db, "--user", "v", "--embedder", "hash",
@@ -53,5 +56,7 @@ def test_malformed_import_reports_the_line_and_stores_nothing(tmp_path: Path) ->
     proc = run("import", str(bad), "--db", db, "--user", "u", "--embedder", "hash")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: line 3:")
+    # The file was refused before the memory was opened: none was created.
     proc = run("stats", "--db", db, "--user", "u", "--json")
-    assert proc.returncode == 0 and json.loads(proc.stdout)["exchanges"] == 0
+    assert proc.returncode == 2 and proc.stderr.strip() == f"error: no SQLite memory at {db}"
+    assert not Path(db).exists()

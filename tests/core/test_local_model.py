@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from arbormem import Memory
 
 
@@ -37,3 +39,26 @@ def test_relevance_floor_with_minilm(minilm) -> None:
         assert [e.user_text for e in r.exchanges] == [notes[3]]
         assert mem.search("What is the boiler code?", user_id="u")[0].exchange.user_text == notes[3]
         assert len(mem.recall("What is the boiler code?", user_id="u", recent=0, min_relevance=0).exchanges) == 5
+
+
+def test_the_direct_loader_gives_sentence_transformers_vectors(minilm, demo_data) -> None:
+    """embed/bert.py runs the bundled model without sentence-transformers: the vectors must be
+    the ones sentence-transformers gives (a memory built by either is the same memory)."""
+    import numpy as np
+    import pytest
+
+    from arbormem.embed.bert import BertEncoder, supported
+    from arbormem.embed.local import SentenceTransformerEncoder, bundled_model_path
+
+    path = bundled_model_path()
+    assert supported(path) and isinstance(minilm._model, BertEncoder)
+    texts = [e["messages"][0]["content"] for e in demo_data["exchanges"]]
+    texts += ["x", "Ünïcödé 日本語のテキスト 🙂 ok", "word " * 700,  # past the 256-token limit
+              "a\n\nb\tc", json.dumps({"k": [1, 2, {"z": "deep"}]})]
+    ours = minilm.embed(texts)
+    ref = pytest.importorskip("sentence_transformers") and SentenceTransformerEncoder(path).encode(texts, 16)
+    assert ours.shape == ref.shape == (len(texts), 384)
+    assert float(np.abs(ours - ref).max()) < 1e-5
+    # Batching does not change a vector (padding is masked out).
+    alone = np.vstack([minilm.embed([t]) for t in texts[:6]])
+    assert float(np.abs(alone - ours[:6]).max()) < 1e-5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -50,11 +51,15 @@ def test_serve_command(db: Path) -> None:
                                env=_env(), capture_output=True, text=True, timeout=60)
     assert open_host.returncode != 0 and "loopback" in open_host.stderr
 
-    proc = subprocess.Popen(_cli("serve", "--db", str(db), "--embedder", "hash", "--port", str(port)),
+    proc = subprocess.Popen(_cli("serve", "--db", str(db), "--embedder", "hash", "--port", str(port), "--json"),
                             env={**_env(), "ARBORMEM_API_TOKENS": TOKENS},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
+        assert proc.stdout is not None
+        started = json.loads(proc.stdout.readline())
+        assert started == {"url": url, "health": url + "/health", "docs": url + "/docs",
+                           "schema": url + "/openapi.json", "explorer": url + "/ui/", "auth": True}
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -64,6 +69,9 @@ def test_serve_command(db: Path) -> None:
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
             time.sleep(0.1)
+        while not httpx.get(url + "/health").json()["ready"]:  # the embedder loads in the background
+            assert time.monotonic() < deadline, "never ready"
+            time.sleep(0.05)
         r = httpx.post(url + "/v1/users/alice/recall", json={"query": "peanuts", "max_tokens": 200}, headers=A)
         assert r.status_code == 200 and "peanuts" in r.json()["text"]
         assert httpx.get(url + "/v1/users/carol/tree", headers=A).status_code == 403
@@ -79,16 +87,39 @@ def _chat(db: Path, stdin: str, *extra: str) -> subprocess.CompletedProcess[str]
 
 
 def test_chat_retrieval_only(db: Path) -> None:
-    out = _chat(db, "What can Leo eat? peanuts\n/recall chocolate cake\n/tree\n/forget\n/forget x_nope\n/quit\n")
+    # Without a model nothing typed is stored unless asked: a stray "clear" stays out of the memory.
+    out = _chat(db, "What can Leo eat? peanuts\nclear\n/recall chocolate cake\n/tree\n/forget\n"
+                    "/note Leo likes rice crackers\n/forget\n/forget x_nope\n/quit\n")
     assert out.returncode == 0, out.stderr
-    assert "retrieval-only" in out.stdout
+    assert "retrieval-only" in out.stdout and "nothing is stored" in out.stdout
     assert "<memory-context>" in out.stdout and "peanuts" in out.stdout  # what would be injected
     assert "chocolate cake" in out.stdout and "[recall:" in out.stdout
     assert "└─" in out.stdout or "├─" in out.stdout  # the tree
-    assert "forgot x_" in out.stdout
+    assert "nothing stored in this chat yet" in out.stdout  # /forget before any note
+    assert "(stored as a note: x_" in out.stdout and "forgot x_" in out.stdout  # /note, then /forget
     assert "error: no exchange 'x_nope'" in out.stderr
-    with Memory(db, embedder="hash") as mem:  # the note was stored, then forgotten
-        assert len(mem.exchanges(user_id="alice")) == 3
+    with Memory(db, embedder="hash") as mem:
+        texts = [e.user_text for e in mem.exchanges(user_id="alice")]
+        assert len(texts) == 3 and "clear" not in texts
+
+
+def test_chat_notes_are_announced_and_the_last_one_can_be_forgotten(db: Path) -> None:
+    out = _chat(db, "Leo now eats sunflower butter\nclear\n/forget last\n", "--notes")
+    assert out.returncode == 0, out.stderr
+    assert "every line you type is stored as a note" in out.stdout
+    assert out.stdout.count("(stored as a note: x_") == 2 and "forgot x_" in out.stdout
+    with Memory(db, embedder="hash") as mem:
+        texts = [e.user_text for e in mem.exchanges(user_id="alice")]
+        assert "Leo now eats sunflower butter" in texts and "clear" not in texts
+
+
+def test_chat_json_prints_one_object_per_event(db: Path) -> None:
+    out = _chat(db, "peanuts\n/note Maya wants a dinosaur cake\n/tree\n/help\n/forget\n/bogus\n", "--json")
+    assert out.returncode == 0, out.stderr
+    events = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    assert [e["event"] for e in events] == ["start", "recall", "stored", "tree", "help", "forgot", "error"]
+    assert events[0]["stores"] == "nothing" and "peanuts" in events[1]["text"]
+    assert events[3]["tree"]["kind"] == "root"
 
 
 def test_chat_with_a_model_injects_recall_every_turn(db: Path) -> None:

@@ -4,6 +4,7 @@ chunks filed into the tree and recalled with their source."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -69,10 +70,14 @@ def test_add_document_files_chunks_and_recalls_them_with_source(tmp_path: Path) 
         assert again.added == () and sorted(again.duplicates) == sorted(e.id for e in rep.added)
         revised = HANDBOOK + "\n\nNew section. Parking permits are renewed every March."
         rev = mem.add_document(revised, source="handbook.md", user_id="u", max_chars=400, overlap_chars=120)
+        # The revision replaces the previous version: unchanged chunks kept, the rest gone.
         assert 1 <= len(rev.added) <= 2 and len(rev.duplicates) >= rep.chunks - 1
+        assert len(rev.removed) == rep.chunks - len(rev.duplicates)
+        held = [e for e in mem.exchanges(user_id="u") if e.metadata.get("source") == "handbook.md"]
+        assert len(held) == rev.chunks
         # A deleted chunk is no longer a duplicate; another user has their own copy.
-        mem.delete(rep.added[0].id)
-        assert len(mem.add_document(HANDBOOK, source="handbook.md", user_id="u", max_chars=400,
+        mem.delete(rev.added[0].id)
+        assert len(mem.add_document(revised, source="handbook.md", user_id="u", max_chars=400,
                                     overlap_chars=120).added) == 1
         assert len(mem.add_document(HANDBOOK, source="handbook.md", user_id="v", max_chars=400,
                                     overlap_chars=120).added) == rep.chunks
@@ -112,3 +117,25 @@ def test_dedupe_holds_across_concurrent_processes(tmp_path: Path) -> None:
     with Memory(db, embedder="hash") as mem:
         stored = mem.exchanges(user_id="u")
         assert len(stored) == n and len({e.metadata["content_sha256"] for e in stored}) == n
+
+
+def test_a_document_added_before_versions_is_replaced_too(tmp_path: Path) -> None:
+    """Memories made before sources were versioned: the first add of a user scans once and
+    records every old source, so the old chunks go when the source is added again."""
+    db = tmp_path / "old.db"
+    with Memory(db, embedder="hash") as mem:
+        old = mem.add_document(HANDBOOK, source="handbook.md", user_id="u", max_chars=400, overlap_chars=120)
+        mem.add_document("Another doc. It stays.", source="other.md", user_id="u")
+    with sqlite3.connect(db) as conn:  # as an earlier version left them: no version markers
+        conn.execute("DELETE FROM changes WHERE target_id LIKE 'docsrc:%'")
+    with Memory(db, embedder="hash") as mem:
+        first = mem.add_document("Unrelated notes. Nothing else.", source="notes.md", user_id="u")
+        assert first.removed == ()
+        assert len(mem.store.list_changes("u", target_id="docsrc:indexed")) == 1
+        new = mem.add_document(HANDBOOK + "\n\nAppendix. Parking is free.", source="handbook.md", user_id="u",
+                               max_chars=400, overlap_chars=120)
+        assert new.removed and set(new.removed) <= {e.id for e in old.added}
+        held = [e for e in mem.exchanges(user_id="u") if e.metadata.get("source") == "handbook.md"]
+        assert len(held) == new.chunks
+        assert len(mem.delete_document("other.md", user_id="u")) == 1
+        assert len(mem.store.list_changes("u", target_id="docsrc:indexed")) == 1  # scanned once

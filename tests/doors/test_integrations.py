@@ -22,50 +22,80 @@ def mem(tmp_path: Path):
 
 
 # -- LangGraph ----------------------------------------------------------------------------------
-def test_langgraph_store_namespaces_are_topic_paths(mem: Memory) -> None:
+def _view(item: Any) -> tuple[tuple[str, ...], str, dict[str, Any]] | None:
+    return None if item is None else (tuple(item.namespace), item.key, item.value)
+
+
+def test_langgraph_store_keeps_the_callers_namespaces_like_in_memory_store(mem: Memory) -> None:
+    """The BaseStore contract: the same operations on ArbormemStore and LangGraph's own
+    InMemoryStore give the same items, namespaces and listings."""
     pytest.importorskip("langgraph")
     from langgraph.store.base import BaseStore
+    from langgraph.store.memory import InMemoryStore
 
+    from arbormem.errors import ValidationError
     from arbormem.integrations.langgraph import ArbormemStore
 
-    store = ArbormemStore(mem, "alice")
-    assert isinstance(store, BaseStore)
-    spaces = store.list_namespaces()
+    ours, ref = ArbormemStore(mem, "alice"), InMemoryStore()
+    assert isinstance(ours, BaseStore)
+    ops = [
+        (("prefs",), "diet", {"content": "Alice is vegetarian and avoids mushrooms.", "kind": "pref"}),
+        (("prefs",), "seat", {"content": "Alice prefers window seats on trains.", "kind": "pref"}),
+        (("prefs", "travel"), "seat", {"content": "On planes Alice takes the aisle.", "kind": "pref"}),
+        (("notes", "2024"), "n1", {"text": "Booked the ryokan in Kyoto for October."}),
+        (("memories", "alice"), "diet", {"memory": "Unrelated key clash in another namespace."}),
+    ]
+    for store in (ours, ref):
+        for ns, key, value in ops:
+            store.put(ns, key, value)
+    for ns, key, _ in ops:
+        assert _view(ours.get(ns, key)) == _view(ref.get(ns, key))
+    assert ours.get(("prefs",), "nope") is None and ours.get(("other",), "diet") is None
+    assert ours.list_namespaces() == sorted(ref.list_namespaces())
+    for kwargs in ({"prefix": ("prefs",)}, {"suffix": ("alice",)}, {"max_depth": 1}):
+        assert sorted(ours.list_namespaces(**kwargs)) == sorted(ref.list_namespaces(**kwargs)), kwargs
+
+    def listing(store: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        return sorted((_view(i) for i in store.search(*args, **kwargs)), key=repr)
+
+    for args, kwargs in ((((),), {}), ((("prefs",),), {}), ((("prefs",),), {"filter": {"kind": "pref"}}),
+                         ((("prefs", "travel"),), {}), ((("nothing",),), {})):
+        assert listing(ours, *args, **kwargs) == listing(ref, *args, **kwargs), (args, kwargs)
+
+    # The issue's case: put under ("prefs",), then search it with a query.
+    hits = ours.search(("prefs",), query="what does alice eat? vegetarian food", limit=5)
+    assert [h.key for h in hits][:1] == ["diet"] and hits[0].namespace == ("prefs",)
+    assert all(h.namespace[:1] == ("prefs",) and h.score is not None for h in hits)
+    assert len(ours.search(("prefs",), query="seats", limit=1, offset=1)) == 1
+
+    # Replace and delete by (namespace, key); the same key elsewhere is untouched.
+    for store in (ours, ref):
+        store.put(("prefs",), "diet", {"content": "Alice is vegan now."})
+        store.delete(("memories", "alice"), "diet")
+    assert _view(ours.get(("prefs",), "diet")) == _view(ref.get(("prefs",), "diet"))
+    assert ours.get(("memories", "alice"), "diet") is None
+    assert sum("vegetarian" in e.user_text or "vegan" in e.user_text for e in mem.exchanges(user_id="alice")) == 1
+    with pytest.raises(ValidationError):
+        ours.put(("prefs",), "bad", "not a dict")  # type: ignore[arg-type]
+
+    # The topic tree as an extra view: namespaces are topic paths, every exchange an item.
+    tree = ours.tree_view()
+    spaces = tree.list_namespaces()
     paths = {tuple(t.path) for t in mem.topics(user_id="alice") if t.kind == "topic"}
     assert set(spaces) == {tuple(p.replace(".", "\u2024") for p in path) for path in paths}
-    assert all(len(ns) >= 1 for ns in spaces)
-    assert set(store.list_namespaces(max_depth=1)) == {ns[:1] for ns in spaces}
-    first = spaces[0]
-    assert store.list_namespaces(prefix=first[:1]) and store.list_namespaces(suffix=("*",) * len(first))
+    assert set(tree.list_namespaces(max_depth=1)) == {ns[:1] for ns in spaces}
+    vegan = tree.get((), "diet")
+    assert vegan is not None and vegan.namespace in spaces and vegan.value == {"content": "Alice is vegan now."}
+    peanuts = tree.search((), query="peanuts allergic Leo", limit=1)[0]
+    assert "peanuts" in peanuts.value["user"] and tree.get((), peanuts.key).value == peanuts.value
+    branch = tree.search(vegan.namespace[:1], query="vegan")
+    assert branch and all(h.namespace[:1] == vegan.namespace[:1] for h in branch)
 
-    store.put(("memories", "alice"), "pref-1", {"content": "Alice prefers window seats on trains.", "kind": "pref"})
-    got = store.get(("memories", "alice"), "pref-1")
-    assert got is not None and got.value == {"content": "Alice prefers window seats on trains.", "kind": "pref"}
-    assert got.namespace in store.list_namespaces()  # filed into the tree: a topic path
-    assert store.get(got.namespace, "pref-1").key == "pref-1"
-
-    hits = store.search((), query="window seats trains", limit=3)
-    assert hits[0].key == "pref-1" and hits[0].score is not None
-    branch = store.search(got.namespace[:1], query="window seats")
-    assert branch and all(h.namespace[:1] == got.namespace[:1] for h in branch)
-    assert [h.key for h in store.search((), filter={"kind": "pref"})] == ["pref-1"]
-    listing = store.search(got.namespace)
-    assert listing[0].key == "pref-1"  # newest first without a query
-    # ordinary exchanges are items too, keyed by exchange id
-    peanuts = store.search((), query="peanuts allergic Leo", limit=1)[0]
-    assert "peanuts" in peanuts.value["user"] and store.get((), peanuts.key).value == peanuts.value
-
-    store.put(("memories", "alice"), "pref-1", {"content": "Alice now prefers aisle seats."})
-    assert store.get((), "pref-1").value["content"] == "Alice now prefers aisle seats."
-    assert len([e for e in mem.exchanges(user_id="alice") if "seats" in e.user_text]) == 1
-    store.delete(("memories", "alice"), "pref-1")
-    assert store.get((), "pref-1") is None
-    assert not any("seats" in e.user_text for e in mem.exchanges(user_id="alice"))
-
-    # isolation: alice's store never sees carol's items
+    # Isolation: alice's store never sees carol's items, in either view.
     carol_x = mem.exchanges(user_id="carol")[0].id
-    assert store.get((), carol_x) is None
-    assert all("7431" not in json.dumps(h.value) for h in store.search((), query="vault code", limit=50))
+    assert tree.get((), carol_x) is None
+    assert all("7431" not in json.dumps(h.value) for h in tree.search((), query="vault code", limit=50))
+    assert ArbormemStore(mem, "carol").search(()) == []
 
 
 def test_langgraph_store_async_and_in_a_graph(mem: Memory) -> None:
@@ -85,8 +115,8 @@ def test_langgraph_store_async_and_in_a_graph(mem: Memory) -> None:
 
     def remember_and_recall(state: State, *, store: BaseStore) -> dict[str, Any]:
         store.put(("notes",), "q", {"content": state["question"]})
-        hits = store.search((), query="chocolate cake park", limit=1)
-        return {"answer": hits[0].value.get("user", hits[0].value.get("content", ""))}
+        hits = store.search(("notes",), query="party", limit=1)
+        return {"answer": hits[0].value["content"]}
 
     graph = StateGraph(State)
     graph.add_node("mem", remember_and_recall)
@@ -94,16 +124,16 @@ def test_langgraph_store_async_and_in_a_graph(mem: Memory) -> None:
     graph.add_edge("mem", END)
     app = graph.compile(store=store)
     out = app.invoke({"question": "Where is Maya's party?", "answer": ""})
-    assert "chocolate cake" in out["answer"]
-    assert store.get((), "q").value == {"content": "Where is Maya's party?"}
+    assert out["answer"] == "Where is Maya's party?"
+    assert store.get(("notes",), "q").value == {"content": "Where is Maya's party?"}
 
     async def run() -> None:
         await store.aput(("notes",), "a1", {"content": "Async note about kayaks."})
         item = await store.aget(("notes",), "a1")
         assert item is not None and item.value["content"].startswith("Async note")
-        found = await store.asearch((), query="kayaks", limit=1)
+        found = await store.asearch(("notes",), query="kayaks", limit=1)
         assert found[0].key == "a1"
-        assert await store.alist_namespaces()
+        assert await store.alist_namespaces() == [("notes",)]
         await store.adelete(("notes",), "a1")
         assert await store.aget(("notes",), "a1") is None
 
@@ -139,6 +169,33 @@ def test_langchain_tools(mem: Memory) -> None:
     assert tools["read_memory_node"].invoke({"node_id": carol_t}).startswith("error: not_found")
     assert "7431" not in tools["search_memory"].invoke({"query": "vault code", "limit": 20})
     assert "cello" not in index.lower()
+
+
+def test_langchain_index_is_paged_by_tokens(tmp_path: Path, demo_data: dict[str, Any]) -> None:
+    pytest.importorskip("langchain_core")
+    from arbormem.integrations.langchain import memory_index, memory_tools
+
+    with Memory(tmp_path / "big.db", embedder="hash") as mem:
+        for i in range(4):  # the demo four times over: well over one page of nodes
+            mem.add_many([{**x, "session_id": f"{x.get('session_id')}-{i}"} for x in demo_data["exchanges"]],
+                         user_id="u")
+        nodes = [t for t in mem.topics(user_id="u")]
+        pages, offset = [], 0
+        while True:
+            page = memory_index(mem, "u", offset=offset, max_tokens=300)
+            assert mem.tokens.count(page) <= 300
+            pages.append(page)
+            listed = [line for line in page.splitlines() if line.lstrip().startswith("- [")]
+            offset += len(listed)
+            if "for more)" not in page:
+                break
+            assert f"offset={offset}" in page
+        assert len(pages) > 1 and offset == len(nodes)
+        seen = "\n".join(pages)
+        assert all(f"[{t.id}]" in seen for t in nodes)
+        tool = {t.name: t for t in memory_tools(mem, "u")}["get_memory_index"]
+        assert mem.tokens.count(tool.invoke({})) <= 1500
+        assert tool.invoke({"offset": -1}).startswith("error: invalid_input")
 
 
 # -- OpenAI Agents ------------------------------------------------------------------------------

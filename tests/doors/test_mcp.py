@@ -120,14 +120,30 @@ def test_tools_over_stdio(db: Path) -> None:
         assert len(mem.exchanges(user_id="alice")) == 4
 
 
-def test_streamable_http(db: Path) -> None:
+def test_streamable_http_needs_a_token_for_its_user(db: Path, tmp_path: Path) -> None:
+    import httpx
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from .conftest import TOKENS
+
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
     params = _params(db, "alice")
+    # No token policy: refused before anything is opened (the database is not created).
+    fresh = tmp_path / "never.db"
+    refused = subprocess.run([params.command, "-m", "arbormem.cli", "mcp", "--db", str(fresh), "--user", "alice",
+                              "--embedder", "hash", "--http", "--port", str(port)],
+                             env={k: v for k, v in params.env.items() if k != "ARBORMEM_API_TOKENS"},
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "ARBORMEM_API_TOKENS" in refused.stderr and not fresh.exists()
+    assert len(refused.stderr.strip().splitlines()) == 1
+
     proc = subprocess.Popen([params.command, *params.args, "--http", "--port", str(port)],
-                            env=params.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            env={**params.env, "ARBORMEM_API_TOKENS": TOKENS},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -138,13 +154,24 @@ def test_streamable_http(db: Path) -> None:
                 assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
                 assert time.monotonic() < deadline, "MCP HTTP server did not start"
                 time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/mcp"
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "t", "version": "0"}}}
+        accept = {"Accept": "application/json, text/event-stream"}
+        for headers, status, code in (({}, 401, "unauthorized"),
+                                      ({"Authorization": "Bearer wrong-token"}, 401, "unauthorized"),
+                                      ({"Authorization": "Bearer tok-carol-1"}, 403, "forbidden")):
+            r = httpx.post(url, json=init, headers={**accept, **headers}, timeout=30)
+            assert r.status_code == status and r.json()["error"]["code"] == code
 
-        async def main() -> None:
-            async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=60) as client:
-                rec = _data(await client.call_tool("recall", {"message": "party in the park", "max_tokens": 200}))
-                assert "park" in rec["text"]
+        async def main(token: str) -> dict[str, Any]:
+            client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+            async with Client(streamable_http_client(url, http_client=client)) as mcp_client:
+                return _data(await mcp_client.call_tool("recall", {"message": "party in the park", "max_tokens": 200}))
 
-        anyio.run(main)
+        assert "park" in anyio.run(main, "tok-alice-bob")["text"]
+        assert "park" in anyio.run(main, "tok-admin-1")["text"]  # a '*' token may access every user
     finally:
         proc.terminate()
         proc.wait(10)
@@ -167,3 +194,11 @@ def test_read_topic_tier1_uses_the_llm_when_configured(db: Path) -> None:
 
         anyio.run(main)
         assert any("detail" in json.dumps(r.body) for r in server.chat_requests)
+
+
+def test_server_reports_its_version(db: Path) -> None:
+    from arbormem import __version__
+    from arbormem.server.mcp import create_server
+
+    with Memory(db, embedder="hash") as mem:
+        assert create_server(mem, "alice").version == __version__ != ""

@@ -73,6 +73,8 @@ def test_explorer_tree_topic_search_and_recall(server: LiveServer, page: Any, tm
     themes = page.locator("#tree > .node")
     assert themes.count() >= 1
     # Top-level themes are open, deeper levels collapsed; expanding shows every topic leaf.
+    assert page.locator("#tree > .node.collapsed").count() == 0
+    assert page.locator("#tree > .node > ul > .node").first.is_visible()
     page.click("#expand-all")
     leaves = page.locator('.node[data-kind="topic"]')
     assert leaves.count() >= 3
@@ -253,3 +255,56 @@ def test_deleting_a_theme_shows_the_count_first_and_deletes_exactly_that(
     finally:
         srv.stop()
         mem.close()
+
+
+def test_a_deep_topic_card_comes_into_view(server: LiveServer, page: Any) -> None:
+    page.set_viewport_size({"width": 1100, "height": 420})
+    _login(page, server.url, "tok-alice-bob", "alice")
+    page.wait_for_selector("#tree .node")
+    page.click("#expand-all")
+    last = page.locator('.node[data-kind="topic"]').last
+    last.scroll_into_view_if_needed()
+    assert page.evaluate("window.scrollY") > 0  # the tree is longer than the window
+    last.locator(":scope > .label").click()
+    expected = last.locator(":scope > .label .title").text_content().strip()
+    page.wait_for_function("t => document.querySelector('#topic-title').textContent.trim() === t", arg=expected)
+    top = page.evaluate("document.querySelector('#topic').getBoundingClientRect().top")
+    assert -2 <= top < 420, top  # in the window (sub-pixel rounding aside)
+    assert page.js_errors == []
+
+
+def test_docs_render_offline_with_an_authorize_button(server: LiveServer, page: Any) -> None:
+    """/docs is Swagger UI from the server's own files: every request the page makes goes to
+    the server itself (anything else is recorded and aborted), and Authorize is there."""
+    outside: list[str] = []
+
+    def route(r: Any) -> None:
+        if r.request.url.startswith(server.url):
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.goto(server.url + "/docs")
+    page.wait_for_selector(".swagger-ui .info .title", timeout=30_000)
+    assert "arbormem" in page.text_content(".swagger-ui .info .title")
+    page.wait_for_selector("button.authorize")
+    page.wait_for_selector(".opblock-tag-section", timeout=30_000)
+    assert page.locator(".opblock").count() >= 20  # every route is listed
+    page.click("button.authorize")
+    page.wait_for_selector(".modal-ux")
+    assert "bearerAuth" in page.text_content(".modal-ux")
+    page.fill(".modal-ux input", "tok-alice-bob")
+    page.click(".modal-ux button.authorize")
+    page.click(".modal-ux button.close-modal")
+    # Try /v1/me with the token just entered: the browser sends it.
+    me = page.locator(".opblock", has_text="/v1/me").first
+    me.locator(".opblock-summary").click()
+    me.locator("button.try-out__btn").click() if me.locator("button.try-out__btn").count() else None
+    me.locator("button.execute").click()
+    status = me.locator(".live-responses-table tbody .response-col_status").first
+    status.wait_for()
+    assert status.text_content().strip().startswith("200")
+    assert "alice" in page.text_content(".live-responses-table")
+    assert outside == [] and page.js_errors == []

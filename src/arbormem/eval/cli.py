@@ -450,11 +450,16 @@ main.add_command(bench_command, "bench")
 @click.command("bench-threads")
 @click.option("--queries", default=60, show_default=True, type=click.IntRange(min=5),
               help="Single-query encodes timed per setting.")
-def bench_threads_command(queries: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+def bench_threads_command(queries: int, as_json: bool) -> None:
     """Single-query embedding latency with 1 and 2 torch threads, idle and with the other core busy."""
+    import dataclasses
+    import json
+
     from .threads import markdown, run_all
 
-    click.echo(markdown(run_all(queries)))
+    rows = run_all(queries)
+    click.echo(json.dumps([dataclasses.asdict(r) for r in rows], indent=2) if as_json else markdown(rows))
 
 
 main.add_command(bench_threads_command, "bench-threads")

@@ -2,8 +2,8 @@
 
 ``memory_tools(memory, user_id)`` returns three ``StructuredTool`` objects an agent can call:
 
-- ``get_memory_index()`` - the topic tree as an indented outline (id, title, size, dates,
-  keywords): what the memory holds, cheap to read;
+- ``get_memory_index(offset)`` - the topic tree as an indented outline (id, title, size,
+  dates, keywords): what the memory holds, in pages of at most ~1500 tokens;
 - ``read_memory_node(node_id, tier)`` - one topic: tier 0 summary, 1 detailed summary
   (the LLM's when configured, else extractive), 2 the verbatim exchanges;
 - ``search_memory(query, limit)`` - ranked exchanges with their topic paths.
@@ -21,7 +21,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("memory_tools needs LangChain: pip install 'arbormem[integrations]'") from exc
 
-from ..errors import ArbormemError
+from ..errors import ArbormemError, ValidationError
 from ..memory import Memory
 from ..models import Topic
 from ..server import views
@@ -32,14 +32,16 @@ def _day(t: Any) -> str:
     return t.isoformat()[:10] if t else ""
 
 
-def memory_index(memory: Memory, user_id: str, *, max_nodes: int = 400) -> str:
-    """The user's topic tree as an indented outline, one node per line."""
+def memory_index(memory: Memory, user_id: str, *, offset: int = 0, max_tokens: int = 1500) -> str:
+    """The user's topic tree as an indented outline, one node per line, in pages of at most
+    ``max_tokens`` (cl100k): a long memory is read page by page (``offset`` = the first node
+    of the page, as the previous page's last line says), never as one 16k-character dump."""
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValidationError("offset must be a non-negative integer")
     root = memory.tree(user_id=user_id)
     lines: list[str] = []
 
     def walk(node: Topic, indent: int) -> None:
-        if len(lines) >= max_nodes:
-            return
         if node.kind != "root":
             span = _day(node.first_at) + (f"..{_day(node.last_at)}" if _day(node.last_at) != _day(node.first_at) else "")
             kw = ", ".join(node.keywords[:5])
@@ -51,8 +53,21 @@ def memory_index(memory: Memory, user_id: str, *, max_nodes: int = 400) -> str:
     walk(root, 0)
     if not lines:
         return "The memory is empty."
-    more = "" if len(lines) < max_nodes else f"\n(first {max_nodes} nodes shown)"
-    return "Memory index (read a node with read_memory_node):\n" + "\n".join(lines) + more
+    head = "Memory index (read a node with read_memory_node):"
+    page: list[str] = []
+    used = memory.tokens.count(head) + 40  # room for the closing line
+    for line in lines[offset:]:
+        cost = memory.tokens.count(line) + 1
+        if page and used + cost > max_tokens:
+            break
+        page.append(line)
+        used += cost
+    end = offset + len(page)
+    if not page:
+        return f"The index has {len(lines)} nodes; offset {offset} is past the end."
+    more = (f"\n(nodes {offset + 1}-{end} of {len(lines)}; call get_memory_index with offset={end} for more)"
+            if end < len(lines) or offset else "")
+    return head + "\n" + "\n".join(page) + more
 
 
 def read_node(memory: Memory, user_id: str, node_id: str, tier: int = 0) -> str:
@@ -93,8 +108,8 @@ def memory_tools(memory: Memory, user_id: str) -> list[StructuredTool]:
                 return f"error: {exc.code}: {exc}"
         return run
 
-    def get_memory_index() -> str:
-        return memory_index(memory, uid)
+    def get_memory_index(offset: int = 0) -> str:
+        return memory_index(memory, uid, offset=offset)
 
     def read_memory_node(node_id: str, tier: int = 0) -> str:
         return read_node(memory, uid, node_id, tier)
@@ -104,9 +119,12 @@ def memory_tools(memory: Memory, user_id: str) -> list[StructuredTool]:
 
     return [
         StructuredTool.from_function(
-            safe(get_memory_index), name="get_memory_index", args_schema=_schema("get_memory_index"),
+            safe(get_memory_index), name="get_memory_index",
+            args_schema=_schema("get_memory_index", offset=(int, 0)),
             description="List what long-term memory holds: the topic tree with node ids, titles, "
-                        "sizes, dates and keywords. Call first, then read_memory_node."),
+                        "sizes, dates and keywords, a page of at most ~1500 tokens at a time "
+                        "(the last line gives the offset of the next page). Call first, then "
+                        "read_memory_node."),
         StructuredTool.from_function(
             safe(read_memory_node), name="read_memory_node",
             args_schema=_schema("read_memory_node", node_id=(str, ...), tier=(int, 0)),

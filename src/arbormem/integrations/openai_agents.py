@@ -5,8 +5,9 @@
 ``clear_session()``), so ``Runner.run(agent, text, session=session)`` keeps the
 conversation in arbormem: each user turn becomes one exchange (the user's message, tool calls
 and outputs, the assistant's reply, verbatim, in order) filed into the topic tree and
-recallable in later sessions. ``memory_context(text)`` returns the recall for a message, to
-put in the agent's instructions.
+recallable in later sessions. ``await memory_context(text)`` (a coroutine, like the Session
+methods; ``memory_context_sync`` for sync code) returns the recall for a message, to put in
+the agent's instructions.
 
 Mapping: items with a ``role`` are stored as messages as they are; role-less items
 (function calls, their outputs, reasoning) are stored as ``{"role": "tool", "content":
@@ -107,7 +108,7 @@ class ArbormemSession(SessionABC):
                 history = self._exchanges()
                 if history:
                     last = history[-1]
-                    self.memory.delete(last.id)
+                    self.memory.delete(last.id, user_id=self.user_id)
                     self._store(self._messages(last) + first, at=last.user_at)
                     turns = turns[1:]
                 else:  # no user message at all yet: keep the items under an empty user turn
@@ -128,7 +129,7 @@ class ArbormemSession(SessionABC):
             last = history[-1]
             msgs = self._messages(last)
             popped = msgs.pop()
-            self.memory.delete(last.id)
+            self.memory.delete(last.id, user_id=self.user_id)
             if msgs and _is_user(msgs[0]):
                 self._store(msgs, at=last.user_at)
             return _to_item(popped)
@@ -136,7 +137,7 @@ class ArbormemSession(SessionABC):
     def _clear(self) -> None:
         with self.memory.store.transaction(self.user_id):
             for ex in self._exchanges():
-                self.memory.delete(ex.id)
+                self.memory.delete(ex.id, user_id=self.user_id)
 
     # -- the Session protocol ---------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[Any]:
@@ -157,8 +158,14 @@ class ArbormemSession(SessionABC):
 
     # -- beyond the protocol ----------------------------------------------------------------
     async def memory_context(self, text: str, max_tokens: int = 1024) -> Recall:
-        """Recall over all of the user's memory (every session) for a new message."""
-        return await asyncio.to_thread(self.memory.recall, text, user_id=self.user_id, max_tokens=max_tokens)
+        """A coroutine (like the Session methods): the recall over all of the user's memory
+        (every session) for a new message; put ``(await session.memory_context(msg)).text`` in
+        the agent's instructions. ``memory_context_sync`` is the same for sync code."""
+        return await asyncio.to_thread(self.memory_context_sync, text, max_tokens)
+
+    def memory_context_sync(self, text: str, max_tokens: int = 1024) -> Recall:
+        """``memory_context`` for code without an event loop."""
+        return self.memory.recall(text, user_id=self.user_id, max_tokens=max_tokens)
 
 
 __all__ = ["ArbormemSession"]

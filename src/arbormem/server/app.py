@@ -27,11 +27,14 @@ from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import unquote
 
 try:
-    from fastapi import APIRouter, FastAPI, Header, Query, Request
+    from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, RedirectResponse, Response
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+    from fastapi.security import HTTPBearer
     from pydantic import BaseModel, Field
     from starlette.exceptions import HTTPException as StarletteHTTPException
     from starlette.staticfiles import StaticFiles
@@ -40,10 +43,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from .. import __version__
 from ..config import Limits
-from ..errors import ArbormemError, ConfirmationRequired
+from ..errors import ArbormemError, ConfirmationRequired, ValidationError
 from ..memory import Memory
 from ..models import Exchange, ForgetReport, Hit, RecallTrace, Stats, Topic
 from ..organize.models import Change
+from ..validate import user_id as check_user
 from . import views
 from .auth import ANONYMOUS, ENV, Principal, TokenPolicy, bearer
 
@@ -152,8 +156,11 @@ def _item(body: AddBody) -> dict[str, Any]:
 
 # -- response bodies (the OpenAPI schema clients are generated from) -----------------------------
 class Health(BaseModel):
-    status: str
+    status: Literal["ok", "starting", "failed"]
     version: str
+    ready: bool = Field(description="true once the embedding model is loaded: writes and "
+                                    "recalls then answer without the model-load wait")
+    detail: str | None = None
 
 
 class Me(BaseModel):
@@ -165,9 +172,17 @@ class ExchangePage(BaseModel):
     next_after_seq: int | None = None
 
 
+class SkippedImport(BaseModel):
+    index: int
+    exchange_id: str
+
+
 class ImportResult(BaseModel):
     imported: int
     ids: list[str]
+    skipped: list[SkippedImport] = Field(
+        default_factory=list, description="items the memory already held (same messages, session and "
+                                          "times): not stored again, with the stored exchange's id")
 
 
 class DocumentResult(BaseModel):
@@ -176,6 +191,12 @@ class DocumentResult(BaseModel):
     chunks: int
     added: list[str]
     duplicates: list[str]
+    removed: list[str] = Field(default_factory=list, description="chunks of the source's previous version that went")
+
+
+class DocumentDeleted(BaseModel):
+    source: str
+    removed: list[str]
 
 
 class RecallResult(BaseModel):
@@ -310,11 +331,19 @@ class _Guard:
                 await self._send(scope, receive, send, _error(
                     401, "unauthorized", "missing or unknown bearer token"))
                 return
-            parts = path.split("/")
-            if len(parts) >= 4 and parts[2] == "users" and not principal.may(parts[3]):
-                await self._send(scope, receive, send, _error(
-                    403, "forbidden", "this token may not access that user"))
-                return
+            user = _path_user(scope)
+            if user is not None:
+                try:
+                    check_user(user)
+                except ValidationError as exc:
+                    # The library's one rule, answered before routing: an id holding an
+                    # encoded '/' would otherwise be routed as two segments (a 404).
+                    await self._send(scope, receive, send, _error(422, exc.code, str(exc)))
+                    return
+                if not principal.may(user):
+                    await self._send(scope, receive, send, _error(
+                        403, "forbidden", "this token may not access that user"))
+                    return
             scope.setdefault("state", {})["principal"] = principal
         limit = self._limit(scope)
         headers = dict(scope.get("headers") or [])
@@ -367,6 +396,17 @@ class _Guard:
         await response(scope, receive, send)
 
 
+def _path_user(scope: Any) -> str | None:
+    """The user id of a ``/v1/users/{user_id}/...`` request, from the raw (still
+    percent-encoded) path, so an encoded '/' stays inside the id instead of splitting it."""
+    raw = scope.get("raw_path")
+    path = raw.decode("latin-1") if isinstance(raw, bytes) else scope["path"]
+    parts = path.split("?", 1)[0].split("/")
+    if len(parts) >= 4 and parts[1] == "v1" and parts[2] == "users":
+        return unquote(parts[3], errors="surrogateescape")  # bad UTF-8 fails the rule
+    return None
+
+
 # Before refusing a body, read (and drop) a little more of it, as web servers' "lingering
 # close" does: the server closes the connection after the answer, a socket closed with unread
 # data is reset, and the reset can destroy the answer before the client has read it (seen as
@@ -402,6 +442,74 @@ _CLOSE = {"connection": "close"}
 
 def _too_large(limit: int) -> JSONResponse:
     return _error(413, "payload_too_large", f"request body over {limit} bytes", headers=_CLOSE)
+
+
+class _WarmUp:
+    """Loads the memory's embedder in a background thread when the app starts, so the first
+    write or recall does not wait for the model (13-18 s on a busy 2-core machine before),
+    and tells /health when it is done."""
+
+    def __init__(self, mem: Memory) -> None:
+        import threading
+
+        self.mem = mem
+        self.ready = threading.Event()
+        self.error: str | None = None
+        self.seconds: float | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        import threading
+
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="arbormem-warm-up", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.seconds = self.mem.warm_up()
+        except Exception as exc:  # a broken model: /health says so, and each use raises it
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.ready.set()
+
+    def health(self) -> dict[str, Any]:
+        if not self.ready.is_set():
+            return {"status": "starting", "version": __version__, "ready": False,
+                    "detail": "loading the embedding model"}
+        if self.error is not None:
+            return {"status": "failed", "version": __version__, "ready": False,
+                    "detail": f"the embedder failed to load: {self.error}"}
+        return {"status": "ok", "version": __version__, "ready": True}
+
+
+def _mount_docs(app: FastAPI) -> None:
+    """Swagger UI at /docs from the files the fastapi-offline package ships (no CDN: the page
+    works offline), with the Authorize button of the bearer scheme. Only its static files are
+    used; the app stays a plain FastAPI."""
+    try:
+        from importlib.resources import files
+
+        assets: Any = files("fastapi_offline") / "static"
+    except ImportError:  # pragma: no cover - the server extra installs it
+        assets = None
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        if assets is None:
+            return HTMLResponse("<p>Interactive docs need fastapi-offline: pip install 'arbormem[server]'. "
+                                "The schema is at <a href='/openapi.json'>/openapi.json</a>.</p>")
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json", title="arbormem API",
+            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs/assets/swagger-ui.css",
+            swagger_favicon_url="/docs/assets/favicon.png",
+            # no validator badge: it would fetch validator.swagger.io
+            swagger_ui_parameters={"persistAuthorization": False, "validatorUrl": None},
+        )
+
+    if assets is not None:
+        app.mount("/docs/assets", StaticFiles(directory=str(assets)), name="docs-assets")
 
 
 def small_body_limit(limits: Limits) -> int:
@@ -444,15 +552,20 @@ def create_app(
     owns = not isinstance(memory_or_path, Memory)
     mem: Memory = memory_or_path if isinstance(memory_or_path, Memory) else Memory(memory_or_path, embedder=embedder)
 
+    warm = _WarmUp(mem)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> Any:
+        warm.start()  # the model loads while the server already answers /health
         yield
         if owns:
             mem.close()
 
-    app = FastAPI(title="arbormem", version=__version__, lifespan=lifespan,
-                  description="Long-term memory for LLM apps, organised as a tree of topics.")
+    app = FastAPI(title="arbormem", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description="Long-term memory for LLM apps, organised as a tree of topics. Every "
+                              "`/v1` route needs `Authorization: Bearer <token>` (use Authorize).")
     app.state.memory = mem
+    app.state.warm = warm
 
     @app.exception_handler(ArbormemError)
     async def _lib_error(_: Request, exc: ArbormemError) -> JSONResponse:
@@ -485,18 +598,24 @@ def create_app(
         # (they could quote stored data); the server log has the traceback.
         return _error(500, "internal_error", f"internal error ({type(exc).__name__})")
 
-    @app.get("/health", tags=["service"], response_model=Health,
-             summary="Liveness and version (no token needed)")
+    @app.get("/health", tags=["service"], response_model=Health, response_model_exclude_none=True,
+             summary="Liveness, version and readiness (no token needed)")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "version": __version__}
+        return warm.health()
 
-    @app.get("/v1/me", tags=["service"], response_model=Me, responses=_ERRORS,
+    # The token check itself is the _Guard middleware (before routing and body parsing);
+    # this declares it in the OpenAPI schema, so /docs has an Authorize button.
+    bearer_scheme = HTTPBearer(auto_error=False, scheme_name="bearerAuth", bearerFormat="token",
+                               description="A token of ARBORMEM_API_TOKENS, bound to the user ids it may access.")
+    secured = [Depends(bearer_scheme)]
+
+    @app.get("/v1/me", tags=["service"], response_model=Me, responses=_ERRORS, dependencies=secured,
              summary="The users this token may access")
     def me(request: Request) -> dict[str, Any]:
         principal: Principal = request.scope["state"]["principal"]
         return principal.to_dict()
 
-    r = APIRouter(prefix="/v1/users/{user_id}", responses=_ERRORS)
+    r = APIRouter(prefix="/v1/users/{user_id}", responses=_ERRORS, dependencies=secured)
 
     # -- exchanges --
     @r.post("/exchanges", status_code=201, tags=["exchanges"], response_model=Exchange,
@@ -513,24 +632,23 @@ def create_app(
                          metadata=body.metadata).to_dict()
 
     @r.post("/exchanges/import", status_code=201, tags=["exchanges"], response_model=ImportResult,
-            summary=f"Bulk import (at most {MAX_IMPORT_ITEMS} exchanges; all or nothing)")
+            summary=f"Bulk import (at most {MAX_IMPORT_ITEMS} exchanges; all or nothing; skips exchanges already stored)")
     def bulk_import(user_id: str, body: ImportBody, idempotency_key: str | None = Header(
             None, max_length=256, description="Client key: a repeated request with the same key "
             "stores nothing and answers with the exchanges the first one stored")) -> dict[str, Any]:
-        done = mem.add_many([_item(x) for x in body.exchanges], user_id=user_id, request_id=idempotency_key)
-        return {"imported": len(done), "ids": [e.id for e in done]}
+        rep = mem.import_exchanges([_item(x) for x in body.exchanges], user_id=user_id, request_id=idempotency_key)
+        return {"imported": len(rep.added), "ids": [e.id for e in rep.added],
+                "skipped": [x.to_dict() for x in rep.skipped]}
 
     @r.post("/exchanges/{exchange_id}/complete", tags=["exchanges"], response_model=Exchange,
             summary="Attach the reply")
     def complete(user_id: str, exchange_id: str, body: CompleteBody) -> dict[str, Any]:
-        views.owned_exchange(mem, user_id, exchange_id)
-        return mem.complete(exchange_id, body.assistant_text, at=body.at).to_dict()
+        return mem.complete(exchange_id, body.assistant_text, at=body.at, user_id=user_id).to_dict()
 
     @r.post("/exchanges/{exchange_id}/fail", tags=["exchanges"], response_model=Exchange,
             summary="Mark a pending exchange failed")
     def fail(user_id: str, exchange_id: str, body: FailBody) -> dict[str, Any]:
-        views.owned_exchange(mem, user_id, exchange_id)
-        return mem.fail(exchange_id, body.reason).to_dict()
+        return mem.fail(exchange_id, body.reason, user_id=user_id).to_dict()
 
     @r.get("/exchanges", tags=["exchanges"], response_model=ExchangePage,
            summary="List exchanges in sequence order")
@@ -544,22 +662,28 @@ def create_app(
 
     @r.get("/exchanges/{exchange_id}", tags=["exchanges"], response_model=Exchange, summary="One exchange")
     def get_exchange(user_id: str, exchange_id: str) -> dict[str, Any]:
-        return views.owned_exchange(mem, user_id, exchange_id).to_dict()
+        return mem.get(exchange_id, user_id=user_id).to_dict()
 
     @r.delete("/exchanges/{exchange_id}", status_code=204, tags=["exchanges"], response_class=Response,
               summary="Delete an exchange from the transcript, its topic and every index")
     def delete_exchange(user_id: str, exchange_id: str) -> Response:
-        views.owned_exchange(mem, user_id, exchange_id)
-        mem.delete(exchange_id)
+        mem.delete(exchange_id, user_id=user_id)
         return Response(status_code=204)
 
-    @r.post("/documents", status_code=201, tags=["exchanges"], response_model=DocumentResult,
-            summary="Chunk a document into the tree (deduplicated by content hash)")
+    @r.post("/documents", status_code=201, tags=["documents"], response_model=DocumentResult,
+            summary="Add a document under its source name; replaces that source's previous version")
     def add_document(user_id: str, body: DocumentBody) -> dict[str, Any]:
         rep = mem.add_document(body.text, source=body.source, user_id=user_id, at=body.at,
                                metadata=body.metadata)
         return {"source": rep.source, "doc_sha256": rep.doc_sha256, "chunks": rep.chunks,
-                "added": [e.id for e in rep.added], "duplicates": list(rep.duplicates)}
+                "added": [e.id for e in rep.added], "duplicates": list(rep.duplicates),
+                "removed": list(rep.removed)}
+
+    @r.delete("/documents", tags=["documents"], response_model=DocumentDeleted,
+              summary="Delete a document by its source name: every chunk of it, from every index")
+    def delete_document(user_id: str, source: str = Query(..., min_length=1, max_length=1000)) -> dict[str, Any]:
+        removed = mem.delete_document(source, user_id=user_id)
+        return {"source": source, "removed": list(removed)}
 
     # -- reading --
     @r.post("/recall", tags=["read"], response_model=RecallResult,
@@ -641,7 +765,10 @@ def create_app(
     @r.get("/history/{item_id}", tags=["maintenance"], response_model=ChangeList,
            summary="Logged changes concerning a topic or exchange, newest first")
     def history(user_id: str, item_id: str, limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
-        return {"changes": [c.to_dict() for c in mem.history(item_id, user_id=user_id, limit=limit)]}
+        changes = mem.history(item_id, user_id=user_id, limit=limit)
+        if not changes:
+            views.known_item(mem, user_id, item_id)  # 404 for an id this user never had
+        return {"changes": [c.to_dict() for c in changes]}
 
     @r.post("/changes/{change_id}/undo", tags=["maintenance"], response_model=Change,
             summary="Reverse a logged merge, archive, dedup, supersession or link")
@@ -656,6 +783,7 @@ def create_app(
 
     static = resources.files("arbormem").joinpath("server/static")
     app.mount("/ui", StaticFiles(directory=str(static), html=True), name="ui")
+    _mount_docs(app)
 
     @app.get("/", include_in_schema=False)
     def index() -> RedirectResponse:

@@ -14,9 +14,11 @@ the app is built with ``allow_anonymous=True`` (``arbormem serve --no-auth``, lo
 from __future__ import annotations
 
 import hmac
+import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigError
 
@@ -74,7 +76,12 @@ class TokenPolicy:
             token, sep, users = part.strip(_BLANKS).partition(":")
             if not sep:
                 raise ConfigError(f"{ENV}: expected 'token:user1,user2' in {part.strip(_BLANKS)[:4]!r}...")
-            grants.setdefault(token.strip(_BLANKS), []).extend(users.split(","))
+            token = token.strip(_BLANKS)
+            if token in grants:
+                # Two lines for one token are a mistake (a copy-paste, a rotated token left
+                # in): merging them silently granted the union.
+                raise ConfigError(f"{ENV}: token {token[:4]}... appears twice; give each token once")
+            grants[token] = users.split(",")
         if not grants:
             raise ConfigError(f"{ENV} holds no token")
         return cls(grants)
@@ -95,6 +102,48 @@ class TokenPolicy:
         return found
 
 
+def required_policy(*, no_auth: bool, what: str) -> TokenPolicy | None:
+    """The token policy from the environment, checked before anything is opened: a server
+    started without one refuses at once (``ConfigError``) unless ``no_auth``."""
+    policy = TokenPolicy.from_env()
+    if policy is None and not no_auth:
+        raise ConfigError(f"{what} needs API tokens: set {ENV}='token:user1,user2;...' "
+                          "(or --no-auth on a loopback host for local development)")
+    return None if no_auth else policy
+
+
+class BearerGuard:
+    """Pure ASGI middleware for a server bound to one user (``arbormem mcp --http``): every
+    HTTP request needs a bearer token of ``policy`` that may access ``user_id`` (401
+    ``unauthorized`` without one, 403 ``forbidden`` for another user's token), the same
+    policy and answers as the HTTP API. Lifespan events pass through."""
+
+    def __init__(self, app: Any, policy: TokenPolicy, user_id: str) -> None:
+        self.app, self.policy, self.user_id = app, policy, user_id
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw = dict(scope.get("headers") or []).get(b"authorization")
+        principal = self.policy.principal(bearer(raw.decode("latin-1")) if raw else None)
+        if principal is None:
+            await _deny(send, 401, "unauthorized", "missing or unknown bearer token")
+        elif not principal.may(self.user_id):
+            await _deny(send, 403, "forbidden", "this token may not access this server's user")
+        else:
+            await self.app(scope, receive, send)
+
+
+async def _deny(send: Any, status: int, code: str, message: str) -> None:
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="arbormem"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def bearer(header: str | None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header."""
     if not header:
@@ -103,4 +152,4 @@ def bearer(header: str | None) -> str | None:
     return value.strip(_BLANKS) or None if scheme.lower() == "bearer" else None
 
 
-__all__ = ["TokenPolicy", "Principal", "ANONYMOUS", "ENV", "bearer"]
+__all__ = ["TokenPolicy", "Principal", "ANONYMOUS", "ENV", "BearerGuard", "bearer", "required_policy"]

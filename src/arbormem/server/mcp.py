@@ -17,8 +17,8 @@ forget        delete an exchange, or every exchange of a topic (a theme of    de
 ============  ==============================================================  ============
 
 ``arbormem mcp --db PATH --user ID`` serves it over stdio (what desktop clients launch);
-``--http`` serves streamable HTTP on 127.0.0.1 (no authentication: keep it on loopback, or use
-the HTTP API with tokens for remote access). Tool functions are sync; the SDK runs them in a
+``--http`` serves streamable HTTP, behind the same bearer-token policy as the HTTP API
+(``ARBORMEM_API_TOKENS``; a token must be bound to the server's user or ``*``). Tool functions are sync; the SDK runs them in a
 worker thread.
 """
 
@@ -32,6 +32,7 @@ from ..errors import ArbormemError, ConfirmationRequired, NotFoundError, Validat
 from ..memory import Memory
 from ..models import ForgetReport
 from . import views
+from .auth import BearerGuard, TokenPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -74,7 +75,12 @@ def create_server(memory: Memory, user_id: str, *, name: str = "arbormem") -> An
     from ..validate import user_id as check_user
 
     uid = check_user(user_id)
-    server = Server(name, instructions=INSTRUCTIONS)
+    from .. import __version__
+
+    try:
+        server = Server(name, instructions=INSTRUCTIONS, version=__version__)
+    except TypeError:  # pragma: no cover - SDK v1 takes no version
+        server = Server(name, instructions=INSTRUCTIONS)
     read_only = _annotations(ToolAnnotations, read_only=True, destructive=False)
     write = _annotations(ToolAnnotations, read_only=False, destructive=False)
     destructive = _annotations(ToolAnnotations, read_only=False, destructive=True, idempotent=True)
@@ -169,9 +175,8 @@ def create_server(memory: Memory, user_id: str, *, name: str = "arbormem") -> An
         if exchange_id is not None:
             if confirm:
                 raise ValidationError("confirm applies to topic_id only")
-            ids = [views.owned_exchange(memory, uid, exchange_id).id]
-            memory.delete(ids[0])
-            return {"deleted": ids}
+            memory.delete(exchange_id, user_id=uid)
+            return {"deleted": [exchange_id]}
         assert topic_id is not None
         try:
             report = memory.forget_topic(topic_id, user_id=uid, confirm=confirm)
@@ -191,17 +196,25 @@ def _forget_view(report: ForgetReport) -> dict[str, Any]:
             "removed_topic_ids": list(report.removed_topic_ids), "applied": report.applied}
 
 
+def http_app(memory: Memory, user_id: str, tokens: TokenPolicy | None, *, host: str = "127.0.0.1") -> Any:
+    """The streamable-HTTP MCP app (``/mcp``) for ``user_id``, behind the HTTP API's token
+    policy (``auth.BearerGuard``): a request needs a bearer token that may access
+    ``user_id``. ``tokens=None`` serves without authentication (``--no-auth``, loopback)."""
+    app = create_server(memory, user_id).streamable_http_app(host=host)
+    return app if tokens is None else BearerGuard(app, tokens, user_id)
+
+
 def run(memory: Memory, user_id: str, *, http: bool = False, host: str = "127.0.0.1",
-        port: int = 8765) -> None:
-    """Serve over stdio (default) or streamable HTTP at ``http://host:port/mcp``."""
-    server = create_server(memory, user_id)
+        port: int = 8765, tokens: TokenPolicy | None = None) -> None:
+    """Serve over stdio (default) or streamable HTTP at ``http://host:port/mcp`` (with
+    ``tokens`` required on every request unless None)."""
     if not http:
-        server.run()
-    elif hasattr(getattr(server, "settings", None), "port"):  # SDK v1: host/port are settings
-        server.settings.host, server.settings.port = host, port
-        server.run("streamable-http")
-    else:
-        server.run("streamable-http", host=host, port=port)
+        create_server(memory, user_id).run()
+        return
+    import uvicorn
+
+    config = uvicorn.Config(http_app(memory, user_id, tokens, host=host), host=host, port=port, log_level="warning")
+    uvicorn.Server(config).run()
 
 
-__all__ = ["create_server", "run", "INSTRUCTIONS"]
+__all__ = ["create_server", "http_app", "run", "INSTRUCTIONS"]

@@ -17,11 +17,18 @@ TIERS = (0, 1, 2)
 
 
 def owned_exchange(mem: Memory, user_id: str, exchange_id: str) -> Exchange:
-    """The exchange if it belongs to ``user_id``; NotFoundError otherwise (no existence leak)."""
-    ex = mem.store.get_exchange(exchange_id) if isinstance(exchange_id, str) else None
-    if ex is None or ex.user_id != user_id:
-        raise NotFoundError(f"no exchange {exchange_id!r}")
-    return ex
+    """The exchange if it belongs to ``user_id``; NotFoundError otherwise (no existence leak).
+    The check lives in the core (``Memory.get(..., user_id=...)``); kept for callers."""
+    return mem.get(exchange_id, user_id=user_id)
+
+
+def known_item(mem: Memory, user_id: str, item_id: str) -> None:
+    """NotFoundError unless ``item_id`` is an exchange or topic of ``user_id`` (for routes
+    that would otherwise answer an empty list for an id that never existed)."""
+    try:
+        mem.get(item_id, user_id=user_id)
+    except NotFoundError:
+        mem.topic(item_id, user_id=user_id)  # raises NotFoundError("no topic ...") in turn
 
 
 def topic_exchanges(mem: Memory, user_id: str, topic_id: str, *, limit: int = 200) -> list[Exchange]:
@@ -83,4 +90,4 @@ def recall_dict(r: Any) -> dict[str, Any]:
     }
 
 
-__all__ = ["owned_exchange", "topic_exchanges", "read_topic", "topic_dict", "recall_dict"]
+__all__ = ["owned_exchange", "known_item", "topic_exchanges", "read_topic", "topic_dict", "recall_dict"]

@@ -158,10 +158,14 @@ class SQLiteStore(Store):
 
     def __init__(
         self, path: str | Path = ":memory:", *, busy_timeout: float = 30.0,
-        ann_threshold: int | None = ANN_THRESHOLD,
+        ann_threshold: int | None = ANN_THRESHOLD, create: bool = True,
     ) -> None:
         """``ann_threshold``: partitions with at least this many vectors are searched through
-        an HNSW graph (needs ``arbormem[ann]``; exact search without it); None or 0: never."""
+        an HNSW graph (needs ``arbormem[ann]``; exact search without it); None or 0: never.
+        ``create=False`` opens an existing memory only: a missing file, or a SQLite file
+        without arbormem's schema, is a ``StoreError`` and nothing is created (read-only
+        commands must not leave a database behind a typo). A directory or a file that is not
+        SQLite is a ``StoreError`` either way."""
         if ann_threshold is not None and ann_threshold < 0:
             raise ValueError("ann_threshold must be >= 0 or None")
         self.path = str(path)
@@ -185,8 +189,32 @@ class SQLiteStore(Store):
         self._conns: list[sqlite3.Connection] = []
         self._closed = False
         if not self.memory:
-            Path(self.path).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-        self._migrate()
+            file = Path(self.path).expanduser()
+            if file.is_dir():
+                raise StoreError(f"{self.path} is a directory, not a SQLite memory file")
+            if not create and not file.is_file():
+                raise StoreError(f"no SQLite memory at {self.path}")
+            try:
+                file.resolve().parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the folder of {self.path}: {exc.strerror or exc}") from exc
+        try:
+            if not create and not self.memory:
+                self._check_schema()
+            self._migrate()
+        except sqlite3.DatabaseError as exc:  # not SQLite, unreadable, read-only, ...
+            self.close()
+            raise StoreError(f"{self.path} is not a usable arbormem memory: {exc}") from exc
+        except StoreError:
+            self.close()
+            raise
+
+    def _check_schema(self) -> None:
+        """An existing arbormem memory, not any SQLite file (``create=False``)."""
+        row = self._conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").fetchone()
+        if row is None:
+            raise StoreError(f"{self.path} is a SQLite database but not an arbormem memory")
 
     # -- connections ---------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:

@@ -69,7 +69,8 @@ function renderNode(t) {
     const ul = el("ul", { role: "group" });
     for (const c of t.children) ul.append(renderNode(c));
     li.append(ul);
-    if (t.depth >= 1) { li.classList.add("collapsed"); label.firstChild.textContent = "▸"; }
+    // Top-level themes start open (their topics visible); deeper themes start collapsed.
+    if (t.depth >= 2) { li.classList.add("collapsed"); label.firstChild.textContent = "▸"; }
   }
   return li;
 }
@@ -125,6 +126,10 @@ async function showTopic(id) {
   state.shown = t.id;
   state.forget = null;
   $("forget-box").hidden = true;
+  // A topic clicked far down a long tree: bring its card into view (it sits at the top of
+  // the detail pane, which had scrolled off-screen).
+  const box = $("topic").getBoundingClientRect();
+  if (box.top < 0 || box.top > window.innerHeight - 80) $("topic").scrollIntoView({ block: "start" });
 }
 
 // -- forgetting the shown topic or theme: preview first (the count), then delete exactly that ---
