@@ -643,10 +643,15 @@ _PSEUDO_DOCS = 20
 
 
 class _Scorer:
-    def __init__(self, df: DF, n_docs: int) -> None:
+    def __init__(self, df: DF, n_docs: int, inside: _Pool | None = None, members: int = 0) -> None:
         self._df = _df_lookup(df)
         self._n = max(1, n_docs)
         self._idf: dict[str, float] = {}
+        # A theme's words are weighed by how rare they are *outside* it (c-TF-IDF's idea): its
+        # subject word ("party" in a third of a small memory's texts) is common because the
+        # theme is big, and the plain idf condemned it in favour of one child's phrase.
+        self._inside = inside
+        self._members = max(0, members)
 
     def word_idf(self, word: str) -> float:
         """How much a word can name a subject, in (0, 1): the user's idf of the word squashed
@@ -657,7 +662,11 @@ class _Scorer:
         w = _base(word)
         v = self._idf.get(w)
         if v is None:
-            raw = idf(max(1, self._df(w)), self._n + _PSEUDO_DOCS)
+            if self._inside is not None:
+                outside = self._df(w) - min(self._inside.word_count(w), self._members)
+                raw = idf(max(1, outside), max(1, self._n - self._members) + _PSEUDO_DOCS)
+            else:
+                raw = idf(max(1, self._df(w)), self._n + _PSEUDO_DOCS)
             v = self._idf[w] = raw * raw / (raw * raw + _IDF_HALF * _IDF_HALF)
         return v
 
@@ -738,8 +747,8 @@ def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
         share = {k: h / len(kids) for k, h in holders.items() if h >= 2}
         if share:
             def frequency(key: str, count: int) -> float:
-                return share[key] * (1.0 + math.log(count))
+                return share[key] ** 2 * (1.0 + math.log(count))
 
-            ranked = _Scorer(df, n_docs).rank(pool, frequency, share)
+            ranked = _Scorer(df, n_docs, pool, members or len(kids)).rank(pool, frequency, share)
             return pool.render(_pick(ranked))
     return make_title(total, df, n_docs, members=members or len(kids))
