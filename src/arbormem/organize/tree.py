@@ -76,6 +76,12 @@ class TreeSession:
         # Creation order of the nodes made by this unit of work: new rows are written in it
         # (ids are random, so ordering by id would give identical builds different shapes).
         self._born: dict[str, int] = {}
+        # Each loaded node's child ids as stored: a node whose list still matches cannot have
+        # become a single-child chain, and its title's child count is the stored one (flush
+        # then reads no child rows for the ancestors an exchange only passed through).
+        self._kids_stored: dict[str, tuple[str, ...]] = {}
+        # Themes whose summary must be rebuilt at flush (a child's title or state changed).
+        self._stale_summary: set[str] = set()
         # Exchanges placed earlier whose topic this unit of work changed (segmentation lag).
         self.moved: dict[str, str] = {}
         self.root = self._load_root()
@@ -111,6 +117,7 @@ class TreeSession:
                 self._nodes.setdefault(r.id, r)
             ids = [r.id for r in recs]
             self._kids[node.id] = ids
+            self._kids_stored[node.id] = tuple(ids)
         return [self._nodes[i] for i in ids]
 
     def ancestors(self, node: TopicRecord) -> list[TopicRecord]:
@@ -280,7 +287,7 @@ class TreeSession:
         home = self._find_home(vsum, n, exclude=None)
         if home.thread is not None:
             home.thread.frozen = False
-            self._dirty.add(home.thread.id)
+            self.touch(home.thread)
             return home.thread
         parent = home.theme if home.theme is not None else (
             self._pair_theme(home.pair) if home.pair is not None else self.root)
@@ -506,8 +513,10 @@ class TreeSession:
         return leaf
 
     def touch(self, node: TopicRecord) -> None:
-        """Mark a node for writing at ``flush``."""
+        """Mark a node for writing at ``flush`` (its parent's summary and state with it)."""
         self._dirty.add(node.id)
+        if node.parent_id:
+            self._stale_summary.add(node.parent_id)
 
     def _recompute_span(self, leaf: TopicRecord) -> None:
         members = [e for e in self.store.list_exchanges(self.user_id, topic_id=leaf.id) if e.status == "completed"]
@@ -579,6 +588,11 @@ class TreeSession:
         self._recompute(node)
         self._bound_fanout(parent, seq)
 
+    def _kids_changed(self, node_id: str) -> bool:
+        """Whether this unit of work changed the node's list of children."""
+        kids = self._kids.get(node_id)
+        return kids is not None and tuple(kids) != self._kids_stored.get(node_id, ())
+
     def _dissolve_chains(self) -> None:
         """A theme with one child is that child (no single-child chains); an empty one goes."""
         changed = True
@@ -586,7 +600,8 @@ class TreeSession:
             changed = False
             for nid in sorted(self._dirty, key=lambda i: (self._born.get(i, -1), i)):
                 node = self._nodes.get(nid)
-                if node is None or node.kind != "theme" or nid in self._deleted:
+                if node is None or node.kind != "theme" or nid in self._deleted \
+                        or not self._kids_changed(nid):
                     continue
                 kids = self.children(node)
                 if len(kids) > 1:
@@ -643,6 +658,7 @@ class TreeSession:
         self._dirty.add(node.id)
         if node.parent_id and self.get(node.parent_id) is not None:
             self._dirty.add(node.parent_id)
+            self._stale_summary.add(node.parent_id)
         return True
 
     def flush(self) -> list[str]:
@@ -653,20 +669,31 @@ class TreeSession:
         dirty = sorted((self._nodes[i] for i in self._dirty if i in self._nodes),
                        key=lambda n: (-len(self.ancestors(n)), n.created_seq, self._born.get(n.id, -1), n.id))
         n_docs = max(1, self.root.size)
+        due = {n.id for n in dirty if n.kind != "root" and not _llm_labelled(n) and self._title_due(n)}
         wanted = {t for node in dirty for t in node.terms}
         for node in dirty:
-            wanted |= labels.phrase_words(node.meta.get(PHRASES) or {})
+            if node.id in due:
+                wanted |= labels.phrase_words(node.meta.get(PHRASES) or {})
         df = self.store.get_term_df(self.user_id, list(wanted)) if wanted else {}
+        # A theme's summary (its children's titles) and frozen flag are rebuilt only when a
+        # child was retitled, closed or moved: reading every ancestor's children on every
+        # exchange was most of one-by-one ingest's tree cost.
+        stale = self._stale_summary
         for node in dirty:
             if node.kind == "root" or _llm_labelled(node):
                 continue
             node.keywords = top_terms(node.terms, df, n_docs, KEYWORDS)
-            if self._title_due(node):
+            if node.id in due:
+                before = node.title
                 node.title = self._title(node, df, n_docs)
                 node.meta[TITLED] = [node.size, len(self.children(node)) if node.kind == "theme" else 0]
+                if node.title != before and node.parent_id:
+                    stale.add(node.parent_id)
+            if node.id in self._to_summarise and node.parent_id:
+                stale.add(node.parent_id)
             if node.id in self._to_summarise and node.kind == "topic":
                 node.summary = self._extractive_summary(node, df, n_docs)
-            elif node.kind == "theme":
+            elif node.kind == "theme" and (node.id in stale or node.id in due or self._kids_changed(node.id)):
                 kids = self.children(node)
                 parts = sorted(kids, key=lambda k: (k.start_seq or 0, k.id))
                 node.summary = shorten("; ".join(k.title for k in parts if k.title), 240)
@@ -683,6 +710,7 @@ class TreeSession:
         for topic_id in self._deleted:
             self.store.delete_topic(topic_id)
         ids = [n.id for n in dirty]
+        self._stale_summary.clear()
         self._dirty.clear()
         self._deleted.clear()
         self._to_summarise.clear()
@@ -699,8 +727,9 @@ class TreeSession:
         at = node.meta.get(TITLED)
         if not isinstance(at, list) or len(at) != 2:
             return True
-        kids = len(self.children(node)) if node.kind == "theme" else 0
-        return bool(kids != at[1] or abs(node.size - at[0]) * 8 >= max(1, at[0]))
+        if node.kind == "theme" and self._kids_changed(node.id):
+            return True
+        return bool(abs(node.size - at[0]) * 8 >= max(1, at[0]))
 
     def _title(self, node: TopicRecord, df: Mapping[str, int], n_docs: int) -> str:
         """A noun phrase from the node's own text (organize/labels.py); a theme's names what
