@@ -186,11 +186,14 @@ def demo(db: str, embedder: str | None, max_tokens: int, question: str | None,
             click.echo(f"LLM: {llm.usage().summary()}")
 
 
-def _make_llm(base_url: str, model: str, s: Any) -> Any:
+def _make_llm(base_url: str, model: str, s: Any = None) -> Any:
+    """A runner for the endpoint with the LLM settings ``s`` (default: the environment's)."""
+    from .config import Settings
     from .llm import LLMRunner
     from .llm.openai import OpenAICompatibleLLM
     from .llm.runner import breaker_options
 
+    s = s if s is not None else Settings().llm
     key = s.api_key.get_secret_value() if s.api_key is not None else None
     return LLMRunner(OpenAICompatibleLLM(base_url, model, api_key=key, timeout=s.timeout,
                                          max_retries=s.max_retries, concurrency=s.concurrency),

@@ -214,7 +214,16 @@ def detail_topic(runner: LLMRunner, title: str, turns: Sequence[Turn], budget: B
     """The tier-2 detailed summary (3-8 sentences). Callers cache it; it is made on demand."""
     if not turns:
         return None
-    return runner.run("detail", prompts.detail_messages(title, turns, budget or Budget()), DetailedSummary)
+    msgs = prompts.detail_messages(title, turns, budget or Budget())
+    ground = Grounding(turns_text(turns), prompt_wording(msgs))
+
+    def check(d: DetailedSummary) -> DetailedSummary:
+        why = ground.junk(d.detail, "sentence")
+        if why is not None:
+            raise InvalidOutput(f"detail {why}")
+        return d
+
+    return runner.run("detail", msgs, DetailedSummary, check=check)
 
 
 # -- router -------------------------------------------------------------------------------------
