@@ -205,3 +205,15 @@ def test_demo_and_stats_count_calls_failures_and_skips_apart(server: ScriptedOpe
     res = CliRunner().invoke(main, ["stats", "--db", db, "--user", "demo", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["llm_labelled"] == 0
+
+
+def test_a_long_run_budget_never_stretches_one_call(server: ScriptedOpenAIServer) -> None:
+    server.responder = lambda body: slow(3, answer_json({"topics": []}))
+    llm = OpenAICompatibleLLM(server.url, "m", timeout=0.3, max_retries=0)  # the default per call
+    with Memory(":memory:", embedder=HashEmbedder(), llm=llm, settings=tree_settings()) as mem:
+        mem.add_many(many_topics(), user_id="u")
+        t0 = time.monotonic()
+        report = mem.organize("u", budget=60)
+        # 3 calls of 0.3 s each time out (not 60 s for the first), then the run stops
+        assert time.monotonic() - t0 < 2.5 and report.llm_calls == 3
+        assert report.stop_reason == "3 calls in a row timed out or failed"

@@ -216,6 +216,7 @@ class OpenAICompatibleLLM(LLM):
             retry_timeouts=False,
         )
         self.name = f"openai-compatible:{model}@{safe_endpoint(base_url)}"
+        self.timeout = float(timeout)
         self._json_supported = True
         self._send_temperature = True
         self._tokens_param = "max_tokens"

@@ -282,7 +282,9 @@ class LLMRunner:
         answered = False
         started = time.perf_counter()
         try:
-            timeout = self.timeouts.get(role)
+            # The role's timeout, else the LLM's default: a caller's deadline (an organize run's
+            # budget) only ever shortens a call, never stretches it past its own timeout.
+            timeout = self.timeouts.get(role, getattr(self.llm, "timeout", None))
             if deadline is not None:
                 left = max(0.001, deadline - time.monotonic())
                 timeout = left if timeout is None else min(timeout, left)
