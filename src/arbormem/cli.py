@@ -138,7 +138,7 @@ def main() -> None:
 @click.option("--question", default=None, help="Ask your own question instead of the sample one.")
 @click.option("--llm-base-url", default=None, envvar="ARBORMEM_LLM__BASE_URL", help="OpenAI-compatible endpoint (optional).")
 @click.option("--llm-model", default=None, envvar="ARBORMEM_LLM__MODEL", help="Model name at that endpoint.")
-@llm_options(budget_default=10.0)
+@llm_options(budget_default=6.0)
 @json_option
 @_errors
 def demo(db: str, embedder: str | None, max_tokens: int, question: str | None,
