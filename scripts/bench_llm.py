@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -38,7 +39,8 @@ from typing import Any
 from arbormem import Memory
 from arbormem.config import LLMSettings, Settings
 from arbormem.llm import LLMRunner
-from arbormem.llm.validate import extract_json_objects
+from arbormem.llm.prompts import LABEL_BATCH_SYSTEM
+from arbormem.llm.validate import Grounding, extract_json_objects
 
 
 def pct(values: list[float], q: float) -> float:
@@ -103,12 +105,22 @@ def main() -> None:
                 items = obj.get("topics") if isinstance(obj.get("topics"), list) else [obj]
                 proposed += sum(1 for i in items if isinstance(i, dict) and "title" in i)
         reasons = Counter((c.error or "")[:90] for c in calls if c.error)
+        # Every title the model wrote, also in replies rejected whole (cut, broken JSON), judged
+        # by the title check against the whole conversation (more lenient than the real check,
+        # which grounds each title in its own topic only).
+        conversation = "\n".join(m["content"] for ex in data["exchanges"] for m in ex["messages"])
+        ground = Grounding(conversation, LABEL_BATCH_SYSTEM)
+        titles = [t for c in calls if c.role == "labeler"
+                  for t in re.findall(r'"title"\s*:\s*"((?:[^"\\]|\\.)*)"', c.output)]
+        verdicts = [(t, ground.junk(t, "title")) for t in titles]
         result["organize"] = {
             "seconds": round(organize_s, 2), "report": report.to_dict(), "usage": runner.usage().to_dict(),
             "labels_proposed": proposed, "labels_passed": report.labelled,
             "call_seconds": {c.role: [round(x.duration_ms / 1000, 2) for x in calls if x.role == c.role and x.sent]
                              for c in calls},
             "errors": dict(reasons.most_common(8)),
+            "titles_written": [{"title": t, "junk": why} for t, why in verdicts],
+            "titles_passing_title_check": sum(1 for _, why in verdicts if why is None),
         }
 
         queries = [ex["messages"][0]["content"] for ex in data["exchanges"]][: args.queries]

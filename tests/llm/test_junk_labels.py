@@ -40,6 +40,7 @@ JUNK_TITLES = [
     "T2",
     "Race done: 2025-03-09 09:18",
     "Biscuit vet visit on June 23rd",
+    "My dog Biscuit has a vet visit on June 14th for his vaccines.",  # a whole message
 ]
 
 

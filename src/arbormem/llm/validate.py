@@ -236,6 +236,10 @@ GENERIC_TITLES = frozenset(
 )
 
 
+#: Longer titles (words as separated by spaces) are sentences: the prompts ask for 2 to 8.
+MAX_TITLE_WORDS = 9
+
+
 def _numbers(text: str) -> set[int]:
     return {int(n) for n in _NUMBER.findall(_THOUSANDS.sub("", text))}
 
@@ -295,6 +299,9 @@ class Grounding:
             return f"has no words: {text[:60]!r}"
         if kind == "title" and len(words) == 1 and words[0] in GENERIC_TITLES and words[0] not in self._source_set:
             return f"is a generic title: {text!r}"
+        if kind == "title" and len(text.split()) > MAX_TITLE_WORDS:
+            # SmolLM2 copied whole user messages as titles; the prompt asks for 2 to 8 words.
+            return f"is a sentence, not a title ({len(text.split())} words): {text[:60]!r}"
         # Echo: a run of words from the prompt's own wording that the exchanges do not hold.
         # A short text (a title, a term) is an echo when the whole of it is; longer ones when
         # any run of ``n`` words is (3 for titles and terms, 5 for sentences, so phrases such
