@@ -41,13 +41,71 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON."
 embedder_option = click.option("--embedder", default=None, help="'local' (bundled MiniLM), 'hash', or a model folder.")
 
 
+def _role_timeouts(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in values:
+        role, sep, seconds = item.partition("=")
+        try:
+            value = float(seconds)
+        except ValueError:
+            value = float("nan")
+        if not sep or not role.strip() or not value > 0:
+            raise click.BadParameter(f"expected ROLE=SECONDS with SECONDS > 0, got {item!r}")
+        out[role.strip()] = value
+    return out
+
+
+def llm_options(*, budget_default: float | None = None) -> Callable[[F], F]:
+    """``--llm-deadline``, ``--llm-timeout ROLE=SECONDS`` and ``--llm-budget``; the command
+    gets ``settings`` (environment + these) instead of the three values."""
+
+    def decorate(fn: F) -> F:
+        @wraps(fn)
+        def wrapper(*args: Any, llm_deadline: float | None, llm_timeout: dict[str, float],
+                    llm_budget: float | None, **kwargs: Any) -> Any:
+            from .config import LLMSettings, Settings
+
+            base = Settings()
+            llm: dict[str, Any] = {}
+            if llm_deadline is not None:
+                llm["recall_deadline"] = llm_deadline
+            if llm_timeout:
+                llm["timeouts"] = {**base.llm.timeouts, **llm_timeout}  # over ARBORMEM_LLM__TIMEOUTS
+            if llm_budget is not None:
+                llm["organize_budget"] = llm_budget
+            if llm:  # options > environment > defaults, validated like the rest
+                base = base.model_copy(update={"llm": LLMSettings.model_validate({**base.llm.model_dump(), **llm})})
+            return fn(*args, settings=base, **kwargs)
+
+        options = [
+            click.option("--llm-deadline", type=click.FloatRange(min=0, min_open=True), default=None,
+                         help="Seconds the LLM step of a recall may take in all "
+                              "(default: ARBORMEM_LLM__RECALL_DEADLINE or 1.2)."),
+            click.option("--llm-timeout", multiple=True, callback=_role_timeouts, metavar="ROLE=SECONDS",
+                         help="Timeout of one call of a role (labeler, segmenter, router, veto, detail, "
+                              "planner); repeatable (default: ARBORMEM_LLM__TIMEOUTS, else "
+                              "ARBORMEM_LLM__TIMEOUT)."),
+            click.option("--llm-budget", type=click.FloatRange(min=0, min_open=True), default=budget_default,
+                         show_default=budget_default is not None,
+                         help="Seconds the LLM calls of one organize run may take in all "
+                              "(default: ARBORMEM_LLM__ORGANIZE_BUDGET or 120)."),
+        ]
+        out: Any = wrapper
+        for option in reversed(options):
+            out = option(out)
+        return out  # type: ignore[no-any-return]
+
+    return decorate
+
+
 def _memory(db: str | None, embedder: str | None = None, **kwargs: Any) -> Any:
     from .memory import Memory
 
     return Memory(db, embedder=embedder, **kwargs)
 
 
-def _existing(db: str | None, embedder: str | None = None, *, user_id: str | None = None) -> Any:
+def _existing(db: str | None, embedder: str | None = None, *, user_id: str | None = None,
+              settings: Any = None) -> Any:
     """A memory that must exist already, for the commands that only read (or delete): a
     missing file, a directory, a file that is not an arbormem memory and (with ``user_id``)
     a user the memory does not hold are one-line errors, and nothing is created."""
@@ -56,7 +114,7 @@ def _existing(db: str | None, embedder: str | None = None, *, user_id: str | Non
     from .store.sqlite import SQLiteStore
     from .validate import user_id as check_user
 
-    settings = Settings()
+    settings = settings if settings is not None else Settings()
     if user_id is not None:
         check_user(user_id)
     if db is None and settings.database_url:
@@ -112,31 +170,37 @@ def main() -> None:
 @click.option("--question", default=None, help="Ask your own question instead of the sample one.")
 @click.option("--llm-base-url", default=None, envvar="ARBORMEM_LLM__BASE_URL", help="OpenAI-compatible endpoint (optional).")
 @click.option("--llm-model", default=None, envvar="ARBORMEM_LLM__MODEL", help="Model name at that endpoint.")
+@llm_options(budget_default=6.0)
 @json_option
 @_errors
 def demo(db: str, embedder: str | None, max_tokens: int, question: str | None,
-         llm_base_url: str | None, llm_model: str | None, as_json: bool) -> None:
+         llm_base_url: str | None, llm_model: str | None, as_json: bool, settings: Any) -> None:
     data = json.loads(resources.files("arbormem").joinpath("data/demo.json").read_text("utf-8"))
     user = data["user_id"]
     question = question or data["question"]
     llm = None
     if llm_base_url and llm_model:
-        llm = _make_llm(llm_base_url, llm_model)
+        llm = _make_llm(llm_base_url, llm_model, settings.llm)
     t0 = time.perf_counter()
-    with _memory(db, embedder, llm=llm) as mem:
+    organized = None
+    with _memory(db, embedder, llm=llm, settings=settings) as mem:
         if mem.store.count_exchanges(user)["completed"] == 0:
             mem.add_many(data["exchanges"], user_id=user)
         t_ingest = time.perf_counter() - t0
         if llm is not None:
-            mem.organize(user)
+            organized = mem.organize(user)
         root = mem.tree(user_id=user)
         t1 = time.perf_counter()
         r = mem.recall(question, user_id=user, max_tokens=max_tokens)
         t_recall = time.perf_counter() - t1
         full = mem.tokens.count("\n".join(e.text for e in mem.exchanges(user_id=user)))
         if as_json:
-            _print_json({"tree": root.to_dict(), "question": question, "recall": r.to_dict(),
-                         "full_transcript_tokens": full})
+            out = {"tree": root.to_dict(), "question": question, "recall": r.to_dict(),
+                   "full_transcript_tokens": full}
+            if llm is not None:
+                out["llm"] = llm.usage().to_dict()
+                out["organize"] = organized.to_dict() if organized is not None else None
+            _print_json(out)
             return
         click.secho(f"Ingested {root.size} exchanges in {t_ingest:.2f}s. Topic tree:", bold=True)
         _print_tree(root)
@@ -148,18 +212,21 @@ def demo(db: str, embedder: str | None, max_tokens: int, question: str | None,
         click.secho(f"\nCost: {r.tokens} tokens vs {full} for the full transcript "
                     f"({100 * r.tokens / max(full, 1):.0f}%).", bold=True)
         if llm is not None:
-            click.echo(f"LLM: {llm.total_calls} calls, {len(mem.llm_log(failures_only=True))} failed")
+            if organized is not None:
+                click.echo(f"Organize: labelled {organized.labelled}/{organized.candidates} topics"
+                           + (f", stopped: {organized.stop_reason}" if organized.stop_reason else ""))
+            click.echo(f"LLM: {llm.usage().summary()}")
 
 
-def _make_llm(base_url: str, model: str) -> Any:
+def _make_llm(base_url: str, model: str, s: Any = None) -> Any:
+    """A runner for the endpoint with the LLM settings ``s`` (default: the environment's)."""
     from .config import Settings
     from .llm import LLMRunner
     from .llm.openai import OpenAICompatibleLLM
-
-    s = Settings().llm
-    key = s.api_key.get_secret_value() if s.api_key is not None else None
     from .llm.runner import breaker_options
 
+    s = s if s is not None else Settings().llm
+    key = s.api_key.get_secret_value() if s.api_key is not None else None
     return LLMRunner(OpenAICompatibleLLM(base_url, model, api_key=key, timeout=s.timeout,
                                          max_retries=s.max_retries, concurrency=s.concurrency),
                      **breaker_options(s))
@@ -170,18 +237,22 @@ def _make_llm(base_url: str, model: str) -> Any:
 @user_option
 @embedder_option
 @click.option("--limit", default=50, show_default=True, help="At most this many topics.")
+@llm_options()
 @json_option
 @_errors
-def organize(db: str | None, user_id: str, embedder: str | None, limit: int, as_json: bool) -> None:
-    with _existing(db, embedder, user_id=user_id) as mem:
+def organize(db: str | None, user_id: str, embedder: str | None, limit: int, as_json: bool, settings: Any) -> None:
+    with _existing(db, embedder, user_id=user_id, settings=settings) as mem:
         if mem.llm is None:
             raise click.ClickException("no LLM: set ARBORMEM_LLM__BASE_URL and ARBORMEM_LLM__MODEL")
         r = mem.organize(user_id, limit=limit)
         fails = [c.to_dict() for c in mem.llm_log(failures_only=True)]
+        usage = mem.llm.usage()
     if as_json:
-        _print_json({**r.to_dict(), "failures": fails})
+        _print_json({**r.to_dict(), "llm": usage.to_dict(), "failures": fails})
     else:
-        click.echo(f"labelled {r.labelled}/{r.candidates} topics with {r.llm_calls} LLM calls ({r.failed} failed)")
+        click.echo(f"labelled {r.labelled}/{r.candidates} topics ({r.failed} failed, {r.skipped} skipped)"
+                   + (f"; stopped: {r.stop_reason}" if r.stop_reason else ""))
+        click.echo(f"LLM: {usage.summary()}")
 
 
 @main.command("import", help="Import exchanges from a JSON list or JSONL file (one exchange per line). "
@@ -284,13 +355,14 @@ def _filters(session_id: str | None, since: str | None, until: str | None, meta:
 @embedder_option
 @click.option("--max-tokens", default=1024, show_default=True)
 @filter_options
+@llm_options()
 @json_option
 @_errors
 def recall(query: str, db: str | None, user_id: str, embedder: str | None, max_tokens: int, as_json: bool,
            session_id: str | None, since: str | None, until: str | None, meta: tuple[str, ...],
-           min_relevance: float | None) -> None:
+           min_relevance: float | None, settings: Any) -> None:
     filters = _filters(session_id, since, until, meta, min_relevance)
-    with _existing(db, embedder, user_id=user_id) as mem:
+    with _existing(db, embedder, user_id=user_id, settings=settings) as mem:
         r = mem.recall(query, user_id=user_id, max_tokens=max_tokens, **filters)
     if as_json:
         _print_json(r.to_dict())
@@ -340,7 +412,7 @@ def tree(db: str | None, user_id: str, depth: int, as_json: bool) -> None:
         _print_tree(root, max_depth=depth)
 
 
-@main.command(help="Counts of exchanges, topics and tokens for a user.")
+@main.command(help="Counts of exchanges, topics (LLM-labelled ones too) and tokens for a user.")
 @db_option
 @user_option
 @json_option
@@ -352,7 +424,10 @@ def stats(db: str | None, user_id: str, as_json: bool) -> None:
         _print_json(s.to_dict())
     else:
         for key, value in s.to_dict().items():
-            click.echo(f"{key:18} {value}")
+            if key != "llm":
+                click.echo(f"{key:18} {value}")
+        # Calls are counted per process (the runner's), so a one-shot command shows its own.
+        click.echo(f"{'llm calls':18} {s.llm.summary() if s.llm is not None else 'no LLM configured'}")
 
 
 @main.command(help="Forget a topic or theme: delete every exchange filed under it. Without --yes "

@@ -7,7 +7,7 @@ how.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -20,15 +20,35 @@ class LLMSettings(BaseModel):
     timeout: float = 30.0
     max_retries: int = 2
     concurrency: int = 4
-    # Seconds the LLM step of one recall may take in all (its calls, their retries, waiting for
-    # a free connection). Past it the recall goes on with the offline ranking and the call is
-    # abandoned; a user never waits for a hanging model longer than this.
-    recall_deadline: float = Field(default=5.0, gt=0)
+    # Seconds the LLM step of one recall may take in all (building the directory, the call,
+    # waiting for a free connection). Past it the recall goes on with the offline ranking and
+    # the call is abandoned; a user never waits for a slow model longer than this. 1.2 s keeps
+    # recall interactive (issue 23: <= 1.5 s added at p95 with a slow local model; applying a
+    # plan that arrives in time takes the rest). A hosted model answering a planner prompt in
+    # well under a second fits; a slow local one is simply not waited for.
+    recall_deadline: float = Field(default=1.2, gt=0)
+    # Seconds one call of a role may take, by role (labeler, segmenter, router, veto, detail,
+    # planner, ...): ARBORMEM_LLM__TIMEOUTS='{"labeler": 60}' or ARBORMEM_LLM__TIMEOUTS__LABELER=60.
+    # A role not named here gets ``timeout``. A timed-out call is never retried.
+    timeouts: dict[str, float] = Field(default_factory=dict)
+    # Seconds the LLM calls of one ``organize`` run (re-segmentation + labels) may take in all;
+    # the run stops when they are spent and the rest waits for the next run.
+    organize_budget: float = Field(default=120.0, gt=0)
+    # Seconds a prompt that timed out or got an invalid answer is not sent again (0: resend).
+    failure_ttl: float = Field(default=3600.0, ge=0)
     # Circuit breaker across calls: after this many endpoint failures in a row (errors,
     # timeouts, missed deadlines; not bad answers) calls are skipped for the cooldown, then one
     # probe call decides whether the endpoint is back. 0 turns it off.
     breaker_failures: int = Field(default=3, ge=0)
     breaker_cooldown: float = Field(default=30.0, ge=0)
+
+    @field_validator("timeouts")
+    @classmethod
+    def _positive_timeouts(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = [role for role, seconds in v.items() if not seconds > 0]
+        if bad:
+            raise ValueError(f"role timeouts must be > 0 seconds: {', '.join(sorted(bad))}")
+        return v
 
 
 class TreeSettings(BaseModel):

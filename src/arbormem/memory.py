@@ -41,7 +41,7 @@ from .models import (
     Topic,
 )
 from .organize.consolidate import ALIASES, ConsolidationOptions, consolidate, drop_aliases
-from .organize.enrich import EnrichReport, organize_labels, topic_detail
+from .organize.enrich import LABEL_SOURCE, EnrichReport, organize_labels, topic_detail
 from .organize.models import Change, ConsolidationReport, RecallMode, TopicReading
 from .organize.reading import change_history, read_topic, set_recall_mode, undo
 from .organize.tree import TreeSession, new_id, topic_index_text
@@ -492,23 +492,30 @@ class Memory:
                                      where=where, min_relevance=floor)
 
     # -- organiser ------------------------------------------------------------------------------
-    def organize(self, user_id: str, *, limit: int = 50, segment: bool = False) -> EnrichReport:
+    def organize(self, user_id: str, *, limit: int = 50, segment: bool = False,
+                 budget: float | None = None) -> EnrichReport:
         """Label and summarise up to ``limit`` frozen topics through the LLM (none offline).
 
         With ``segment=True`` the LLM first re-segments the recent open tail (Topic Memory's
         topic worker, incremental and bounded: ``organize/segment.py``).
+        ``budget`` (seconds, default ``settings.llm.organize_budget``) bounds the run's LLM
+        calls in all; what is left over waits for the next run.
         Runs outside the write path: the LLM is called with no lock held, and a topic's labels
         change only when the model's answer passed validation (see ``organize/enrich.py``)."""
         uid = v.user_id(user_id)
         v.integer(limit, "limit")
+        seconds = self.settings.llm.organize_budget if budget is None else budget
+        if not (isinstance(seconds, int | float) and seconds > 0):
+            raise ValidationError("budget must be a positive number of seconds")
         if self.llm is None:
             return EnrichReport(user_id=uid, candidates=0, labelled=0, failed=0, skipped=0, llm_calls=0)
+        deadline = time.monotonic() + float(seconds)
         seg = None
         if segment:
             from .organize.segment import segment_tail
 
-            seg = segment_tail(self.store, self.llm, uid, self.settings.tree)
-        report = organize_labels(self.store, self.llm, uid, self.settings.tree, limit=limit)
+            seg = segment_tail(self.store, self.llm, uid, self.settings.tree, deadline=deadline)
+        report = organize_labels(self.store, self.llm, uid, self.settings.tree, limit=limit, deadline=deadline)
         return dataclasses.replace(report, segmented=seg)
 
     def topic_detail(self, topic_id: str, *, user_id: str) -> str | None:
@@ -663,6 +670,8 @@ class Memory:
             topics=sum(1 for t in nodes if t.kind == "topic"),
             themes=sum(1 for t in nodes if t.kind == "theme"), depth=root.height() - 1,
             transcript_tokens=transcript,
+            llm_labelled=sum(1 for r in self.store.list_topics(uid) if r.meta.get(LABEL_SOURCE) == "llm"),
+            llm=None if self.llm is None else self.llm.usage(),
         )
 
     # -- re-embedding ---------------------------------------------------------------------------

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+# A runtime import (not TYPE_CHECKING): the HTTP layer builds its schema from these types.
+from .llm.runner import LLMUsage
+
 Status = Literal["pending", "completed", "failed"]
 TopicKind = Literal["root", "theme", "topic"]
 Message = Mapping[str, Any]
@@ -172,6 +175,11 @@ class Stats(_Serializable):
     themes: int
     depth: int
     transcript_tokens: int
+    #: Topics whose title, keywords and summary came from the LLM (the rest are offline).
+    llm_labelled: int = 0
+    #: This process's LLM calls (sent, ok, invalid, timed out, errors; skipped and why);
+    #: None without an LLM.
+    llm: LLMUsage | None = None
 
 
 @dataclass(frozen=True)

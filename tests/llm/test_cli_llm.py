@@ -14,10 +14,12 @@ from tests.support.openai_server import Behaviour, ScriptedOpenAIServer, answer_
 
 def model(body: dict[str, Any]) -> Behaviour:
     prompt = body["messages"][-1]["content"]
-    handles = re.findall(r"^== (T\d+)", prompt, re.M)
-    if handles:
+    blocks = re.findall(r"^== (T\d+)[^\n]*\n(.*?)(?=^== |\Z)", prompt, re.M | re.S)
+    if blocks:
+        # A title from each topic's own words (one naming the handle would be rejected).
         return answer_json({"topics": [
-            {"id": h, "title": f"Model title {h}", "keywords": ["k"], "summary": "A model summary."} for h in handles
+            {"id": h, "title": f"Model title {_word(text)}", "keywords": ["k"], "summary": "A model summary."}
+            for h, text in blocks
         ]})
     return answer_json({"semantic_query": "q", "intent": "fact", "needs_memory": True, "topic_ids": ["T1"]})
 
@@ -36,6 +38,7 @@ def test_demo_with_an_llm(server: ScriptedOpenAIServer) -> None:
     assert any(t.startswith("Model title") for t in titles)
     assert any(n.startswith("llm plan:") for n in out["recall"]["trace"]["notes"])
     assert {r.body["model"] for r in server.chat_requests} == {"demo-model"}
+    assert out["llm"]["calls"] == len(server.chat_requests) and out["llm"]["failures"] == 0
 
 
 def test_demo_with_a_broken_llm_still_works(server: ScriptedOpenAIServer) -> None:
@@ -46,6 +49,10 @@ def test_demo_with_a_broken_llm_still_works(server: ScriptedOpenAIServer) -> Non
     out = json.loads(res.output)
     assert not any("Model title" in t["title"] for t in _walk(out["tree"]))
     assert any(n.startswith("llm plan failed") for n in out["recall"]["trace"]["notes"])
+
+
+def _word(text: str) -> str:
+    return next(w for w in re.findall(r"[^\W\d_]{4,}", text.split("user: ", 1)[-1]) if w != "DATA")
 
 
 def _walk(node: dict[str, Any]) -> list[dict[str, Any]]:

@@ -331,7 +331,9 @@ def test_failed_detailed_summary_is_none_and_not_cached(server: ScriptedOpenAISe
         topic = next(t for t in mem.topics(user_id="u") if t.kind == "topic" and t.start_seq == 1)
         assert mem.topic_detail(topic.id, user_id="u") is None
         assert mem.topic_detail(topic.id, user_id="u") is None
-        assert len(server.chat_requests) == 2  # retried on the next request, never cached
+        # never cached, and the prompt that got a bad answer is not sent again in vain
+        assert len(server.chat_requests) == 1
+        assert mem.llm is not None and mem.llm.last_call() is not None and mem.llm.last_call().skip == "repeat"
         assert snapshot(mem) == snapshot(offline)
         assert not any(ERROR_MARKERS.search(t) for t in stored_texts(mem))
         offline_topic = next(t for t in offline.topics(user_id="u") if t.kind == "topic")

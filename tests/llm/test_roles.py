@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import date, datetime, timezone
 
-from arbormem.llm import LLMRunner
+from arbormem.llm import LLMRunner, OpenAICompatibleLLM
 from arbormem.llm.prompts import TopicCard, Turn, sample_turns
 from arbormem.llm.roles import (
     Segmentation,
@@ -105,7 +105,8 @@ def test_segmenter_accepts_a_valid_cover(server: ScriptedOpenAIServer, runner: L
         (1, 4, "finalized"), (5, 8, "provisional"), (9, 10, "open")]
 
 
-def test_segmenter_rejects_gaps_overlaps_and_early_finalization(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:
+def test_segmenter_rejects_gaps_overlaps_and_early_finalization(server: ScriptedOpenAIServer, llm: OpenAICompatibleLLM) -> None:
+    runner = LLMRunner(llm, failure_ttl=0)  # the same prompt six times, six different answers
     server.script(
         answer_json(seg((1, 4, "provisional"), (6, 10, "open"))),  # gap at 5
         answer_json(seg((1, 5, "provisional"), (5, 10, "open"))),  # overlap at 5
@@ -192,7 +193,7 @@ def test_veto(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:
 
 # -- batch labelling ------------------------------------------------------------------------------
 def item(handle: str, title: str) -> dict:
-    return {"id": handle, "title": title, "keywords": ["k"], "summary": "s"}
+    return {"id": handle, "title": title, "keywords": ["k"], "summary": f"About {title}."}
 
 
 def test_batch_labels_each_item_on_its_own(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:

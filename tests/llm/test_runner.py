@@ -173,7 +173,9 @@ def test_circuit_breaker_skips_a_dead_endpoint_then_retries(server: ScriptedOpen
 
 def test_bad_answers_do_not_open_the_breaker(server: ScriptedOpenAIServer) -> None:
     llm = OpenAICompatibleLLM(server.url, "m", timeout=1, max_retries=0)
-    runner = LLMRunner(llm, breaker_failures=2, breaker_cooldown=60)
+    # failure_ttl=0: the same prompt is sent again after a bad answer (the repeat memory is
+    # tested on its own below)
+    runner = LLMRunner(llm, breaker_failures=2, breaker_cooldown=60, failure_ttl=0)
     server.script(answer("no json"), refusal(), answer("still no json"), answer_json(LABEL))
     for _ in range(3):
         assert label_topic(runner, TURNS) is None

@@ -101,7 +101,7 @@ STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "mode": st.one_of(st.sampled_from(["active", "passive", "both"]), garbage),
     "options": st.one_of(st.none(), st.just(ConsolidationOptions()), garbage),
     "use_llm": st.booleans(), "failures_only": st.one_of(st.booleans(), garbage), "force": st.booleans(),
-    "segment": st.booleans(), "request_id": st.one_of(st.none(), st.sampled_from(["req-1"]), nasty, garbage),
+    "segment": st.booleans(), "budget": st.one_of(st.none(), numbers, garbage), "request_id": st.one_of(st.none(), st.sampled_from(["req-1"]), nasty, garbage),
     "progress": st.none(), "confirm": st.one_of(st.booleans(), garbage), "dry_run": st.one_of(st.booleans(), garbage),
     "expect_exchanges": st.one_of(st.none(), numbers),
     # recall/search filters and floor (issue 18)

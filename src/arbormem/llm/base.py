@@ -33,6 +33,10 @@ class LLM(ABC):
 
     #: Identifies the endpoint and default model in logs (never contains a secret).
     name: str = "llm"
+    #: Seconds a call may take when the caller gives no ``timeout`` (None: no bound known).
+    #: The runner bounds a call by the smaller of this (or the role's own timeout) and its
+    #: caller's deadline, so a long run budget never stretches one call past it.
+    timeout: float | None = None
 
     @abstractmethod
     def chat(

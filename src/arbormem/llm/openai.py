@@ -5,9 +5,12 @@ official ``openai`` SDK (``pip install 'arbormem[llm]'``), imported lazily so ar
 without it.
 
 Retries are done here rather than by the SDK (which is given ``max_retries=0``) so the policy
-is explicit and the same for chat and embeddings: transient failures (timeouts, connection
-errors, 408/409/429/5xx) are retried at most ``max_retries`` times with exponential backoff
-and jitter, honouring a short ``Retry-After``; everything else fails at once. A semaphore
+is explicit and the same for chat and embeddings: transient failures (connection errors,
+408/409/429/5xx) are retried at most ``max_retries`` times with exponential backoff and
+jitter, honouring a short ``Retry-After``; everything else fails at once. A chat request that
+timed out is not retried (``LLMTimeout``): at temperature 0 the same prompt asks for the same
+long generation, which times out again, and a local server keeps generating for the request
+it was abandoned by, so a retry only queues behind it (issue 23: 3 x 30 s per labeler call). A semaphore
 bounds how many requests this client has in flight, so a background organiser can never
 flood a small local server.
 
@@ -31,6 +34,10 @@ T = TypeVar("T")
 
 _INSTALL_HINT = "the OpenAI-compatible client needs the openai package: pip install 'arbormem[llm]'"
 _RETRY_STATUS = frozenset({408, 409, 429})
+
+
+class LLMTimeout(LLMError):
+    """The request got no answer within its timeout (not retried by the chat adapter)."""
 
 
 class LLMReplyError(LLMError):
@@ -75,6 +82,7 @@ class OpenAIEndpoint:
         concurrency: int = 4,
         backoff: float = 0.5,
         max_backoff: float = 8.0,
+        retry_timeouts: bool = True,
     ) -> None:
         if not base_url:
             raise ConfigError("an OpenAI-compatible endpoint needs a base_url")
@@ -85,6 +93,7 @@ class OpenAIEndpoint:
         self.max_retries = int(max_retries)
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
+        self.retry_timeouts = retry_timeouts
         # Local servers (LM Studio, Ollama, vLLM) accept any key, but the SDK insists on one.
         self._api_key = api_key or "not-needed"
         self._secret = api_key or ""
@@ -135,13 +144,18 @@ class OpenAIEndpoint:
                 wait = self._retry_after(exc)
                 failure = exc
             except openai.APIConnectionError as exc:  # includes APITimeoutError
-                retryable = True
+                timed_out = isinstance(exc, openai.APITimeoutError)
                 error = self._describe(what, exc, None)
+                if timed_out and not self.retry_timeouts:
+                    raise LLMTimeout(error) from exc
+                retryable = True
                 wait = None
                 failure = exc
             except Exception as exc:  # SDK validation errors, odd bodies: all are LLM failures
                 raise LLMError(self._describe(what, exc, None)) from exc
             if not retryable or attempt >= self.max_retries:
+                if isinstance(failure, openai.APITimeoutError):
+                    raise LLMTimeout(error) from failure
                 raise LLMError(error) from failure
             delay = self.backoff * (2**attempt) * (0.5 + random.random() / 2)
             if wait is not None:
@@ -199,8 +213,10 @@ class OpenAICompatibleLLM(LLM):
             max_retries=max_retries,
             concurrency=concurrency,
             backoff=backoff,
+            retry_timeouts=False,
         )
         self.name = f"openai-compatible:{model}@{safe_endpoint(base_url)}"
+        self.timeout = float(timeout)
         self._json_supported = True
         self._send_temperature = True
         self._tokens_param = "max_tokens"
@@ -309,4 +325,4 @@ class OpenAICompatibleLLM(LLM):
         return content
 
 
-__all__ = ["OpenAICompatibleLLM", "OpenAIEndpoint", "LLMReplyError", "safe_endpoint"]
+__all__ = ["OpenAICompatibleLLM", "OpenAIEndpoint", "LLMReplyError", "LLMTimeout", "safe_endpoint"]

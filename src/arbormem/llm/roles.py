@@ -30,7 +30,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from . import prompts
 from .prompts import Budget, TopicCard, Turn
 from .runner import LLMRunner
-from .validate import InvalidOutput
+from .validate import Grounding, InvalidOutput, prompt_wording
 
 # -- text hygiene shared by every schema ----------------------------------------------------
 _PLACEHOLDER = re.compile(r"^\s*(<[^<>]*>|\.\.\.|…|n/?a|null|none|string|todo)\s*$", re.IGNORECASE)
@@ -114,11 +114,37 @@ class TopicLabel(_Schema):
         return _terms(v, 12)
 
 
-def label_topic(runner: LLMRunner, turns: Sequence[Turn], budget: Budget | None = None) -> TopicLabel | None:
+def turns_text(turns: Sequence[Turn]) -> str:
+    """The exchanges' own words: what a label of them may draw names and numbers from."""
+    return "\n".join(f"{t.user}\n{t.assistant}" for t in turns)
+
+
+def check_label(label: TopicLabel, ground: Grounding) -> TopicLabel:
+    """Reject a label whose title or summary is junk (``Grounding.junk``: a prompt handle,
+    marker or phrase, a JSON or markup fragment, a number or month the topic never states, a
+    generic one-word title); drop junk keywords, retrieval terms and trigger (dropping only
+    removes what the model said), and reject the label when no keyword is left."""
+    for kind, text in (("title", label.title), ("sentence", label.summary)):
+        why = ground.junk(text, kind)
+        if why is not None:
+            raise InvalidOutput(f"{'title' if kind == 'title' else 'summary'} {why}")
+    keywords = [k for k in label.keywords if ground.junk(k, "term") is None]
+    if not keywords:
+        raise InvalidOutput(f"no keyword left after dropping junk: {label.keywords[:8]!r}")
+    terms_ = [t for t in label.retrieval_terms if ground.junk(t, "term") is None]
+    trigger = label.trigger if label.trigger and ground.junk(label.trigger, "sentence") is None else None
+    return label.model_copy(update={"keywords": keywords, "retrieval_terms": terms_, "trigger": trigger})
+
+
+def label_topic(runner: LLMRunner, turns: Sequence[Turn], budget: Budget | None = None, *,
+                deadline: float | None = None) -> TopicLabel | None:
     """Title/keywords/terms/trigger/summary for a topic's exchanges (sampled, bounded)."""
     if not turns:
         return None
-    return runner.run("labeler", prompts.label_messages(turns, budget or Budget()), TopicLabel)
+    msgs = prompts.label_messages(turns, budget or Budget())
+    ground = Grounding(turns_text(turns), prompt_wording(msgs))
+    return runner.run("labeler", msgs, TopicLabel, check=lambda label: check_label(label, ground),
+                      deadline=deadline)
 
 
 class _RawBatch(_Schema):
@@ -138,18 +164,24 @@ def label_topics(
     budget: Budget | None = None,
     *,
     max_turns: int = 6,
+    deadline: float | None = None,
 ) -> TopicLabels | None:
     """Labels for up to a handful of topics in ONE call (amortises the organiser's cost).
 
     Each item is validated on its own: a well-labelled topic is kept even if another item of
     the batch is unusable (that topic keeps its offline labels and is retried later). Items
-    naming an unknown or repeated handle are rejected; a batch with no valid item is None.
+    naming an unknown or repeated handle are rejected, and so are items whose text is junk
+    (``check_label``, grounded in that topic's own exchanges); a batch with no valid item is
+    None.
     """
     table = [(f"T{i + 1}", tid, turns) for i, (tid, turns) in enumerate(topics) if turns]
     if not table:
         return None
     ids = {h.casefold(): tid for h, tid, _ in table}
     msgs = prompts.label_batch_messages([(h, turns) for h, _, turns in table], budget or Budget(), max_turns=max_turns)
+    wording = prompt_wording(msgs)
+    grounds = {tid: Grounding(turns_text(turns), wording) for _, tid, turns in table}
+    reasons: list[str] = []
 
     def check(raw: _RawBatch) -> TopicLabels:
         labels: dict[str, TopicLabel] = {}
@@ -161,14 +193,17 @@ def label_topics(
                 rejected += 1
                 continue
             try:
-                labels[tid] = TopicLabel.model_validate(item)
-            except ValueError:
+                labels[tid] = check_label(TopicLabel.model_validate(item), grounds[tid])
+            except (ValueError, InvalidOutput) as exc:  # a schema error, or junk text
                 rejected += 1
+                reasons.append(str(exc).splitlines()[0][:160])
         if not labels:
-            raise InvalidOutput(f"no valid label among {len(raw.topics)} items")
+            why = f": {reasons[0]}" if reasons else ""
+            raise InvalidOutput(f"no valid label among {len(raw.topics)} items{why}")
         return TopicLabels(labels=labels, rejected=rejected)
 
-    return runner.run("labeler", msgs, _RawBatch, max_tokens=220 * len(table) + 100, check=check)
+    return runner.run("labeler", msgs, _RawBatch, max_tokens=220 * len(table) + 100, check=check,
+                      deadline=deadline)
 
 
 class DetailedSummary(_Schema):
@@ -179,7 +214,16 @@ def detail_topic(runner: LLMRunner, title: str, turns: Sequence[Turn], budget: B
     """The tier-2 detailed summary (3-8 sentences). Callers cache it; it is made on demand."""
     if not turns:
         return None
-    return runner.run("detail", prompts.detail_messages(title, turns, budget or Budget()), DetailedSummary)
+    msgs = prompts.detail_messages(title, turns, budget or Budget())
+    ground = Grounding(turns_text(turns), prompt_wording(msgs))
+
+    def check(d: DetailedSummary) -> DetailedSummary:
+        why = ground.junk(d.detail, "sentence")
+        if why is not None:
+            raise InvalidOutput(f"detail {why}")
+        return d
+
+    return runner.run("detail", msgs, DetailedSummary, check=check)
 
 
 # -- router -------------------------------------------------------------------------------------
@@ -196,18 +240,25 @@ def route(
     recent: Sequence[Turn],
     new: Turn,
     budget: Budget | None = None,
+    *,
+    deadline: float | None = None,
 ) -> RouteDecision | None:
     """Continue the current topic, or open a new one under ancestor ``parent_index``."""
+    msgs = prompts.route_messages(current, ancestors, recent, new, budget or Budget())
+    ground = Grounding(turns_text([*recent, new]), prompt_wording(msgs))
 
     def check(d: RouteDecision) -> RouteDecision:
         if d.continue_current and current is None:
             raise InvalidOutput("continue_current without a current topic")
         if not d.continue_current and d.parent_index is not None and d.parent_index >= len(ancestors):
             raise InvalidOutput(f"parent_index {d.parent_index} is not an ancestor")
+        if d.new_topic_title is not None:
+            why = ground.junk(d.new_topic_title, "title")
+            if why is not None:
+                raise InvalidOutput(f"new_topic_title {why}")
         return d
 
-    msgs = prompts.route_messages(current, ancestors, recent, new, budget or Budget())
-    return runner.run("router", msgs, RouteDecision, check=check)
+    return runner.run("router", msgs, RouteDecision, check=check, deadline=deadline)
 
 
 # -- segmenter ----------------------------------------------------------------------------------
@@ -278,6 +329,7 @@ def segment(
     max_turns: int = 24,
     min_follow: int = 4,
     budget: Budget | None = None,
+    deadline: float | None = None,
 ) -> Segmentation | None:
     """Split the open tail into spans. Input is bounded to the last ``max_turns`` turns.
 
@@ -290,10 +342,21 @@ def segment(
     if not window:
         return None
     msgs = prompts.segment_messages(window, budget or Budget())
-    return runner.run(
-        "segmenter", msgs, Segmentation,
-        check=lambda s: check_segmentation(s, [t.seq for t in window], min_follow),
-    )
+    ground = Grounding(turns_text(window), prompt_wording(msgs))
+
+    def check(seg: Segmentation) -> Segmentation:
+        checked = check_segmentation(seg, [t.seq for t in window], min_follow)
+        spans = []
+        for span in checked.topics:
+            # The terms may name a new topic: junk ones go, a span left with none is rejected.
+            label_terms = [t for t in span.label_terms if ground.junk(t, "term") is None]
+            if not label_terms:
+                raise InvalidOutput(f"span {span.start_seq}-{span.end_seq}: no label term left after dropping junk")
+            retrieval = [t for t in span.retrieval_terms if ground.junk(t, "term") is None]
+            spans.append(span.model_copy(update={"label_terms": label_terms, "retrieval_terms": retrieval}))
+        return checked.model_copy(update={"topics": spans})
+
+    return runner.run("segmenter", msgs, Segmentation, check=check, deadline=deadline)
 
 
 def stable_assignment(
@@ -449,6 +512,8 @@ __all__ = [
     "label_topic",
     "label_topics",
     "TopicLabels",
+    "check_label",
+    "turns_text",
     "detail_topic",
     "route",
     "segment",

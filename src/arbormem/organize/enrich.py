@@ -18,6 +18,7 @@ the meantime.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -57,6 +58,8 @@ class EnrichReport:
     skipped: int
     llm_calls: int
     stopped_early: bool = False
+    #: Why the run stopped before its last topic (time budget spent, endpoint down), if it did.
+    stop_reason: str | None = None
     #: The tail re-segmentation run first, when asked for (``organize(..., segment=True)``).
     segmented: SegmentReport | None = None
 
@@ -104,12 +107,17 @@ def organize_labels(
     batch: int = 4,
     min_size: int = 1,
     max_failures: int = 3,
+    deadline: float | None = None,
 ) -> EnrichReport:
     """Label up to ``limit`` frozen topics of a user through the LLM (newest first).
 
     Topics go ``batch`` to a call (``label_topics``), so the organiser costs about
     topics / batch calls; each validated label rewrites one topic's title, keywords and
     summary (plus retrieval terms and trigger in its metadata and index text).
+    An invalid answer costs only its batch: the run goes on to older topics (the server is
+    up), and the runner will not send that batch's prompt again for a while, so the next run
+    moves on too. ``max_failures`` timeouts or endpoint errors in a row, an open breaker, or
+    ``deadline`` (``time.monotonic()``; the run's time budget) stop the run.
     """
     budget = Budget()
     todo = [r for r in store.list_topics(user_id) if needs_label(r, min_size)]
@@ -118,6 +126,7 @@ def organize_labels(
     calls_before = runner.total_calls
     labelled = failed = skipped = streak = 0
     stopped = False
+    why: str | None = None
     for start in range(0, len(picked), max(1, batch)):
         group: list[tuple[TopicRecord, list[Turn]]] = []
         for rec in picked[start : start + max(1, batch)]:
@@ -128,12 +137,26 @@ def organize_labels(
                 skipped += 1
         if not group:
             continue
-        result = label_topics(runner, [(rec.id, turns) for rec, turns in group], budget)
+        if deadline is not None and time.monotonic() >= deadline:
+            skipped += len(group)
+            stopped, why = True, "the run's time budget is spent"
+            break
+        result = label_topics(runner, [(rec.id, turns) for rec, turns in group], budget, deadline=deadline)
         if result is None:
+            call = runner.last_call()
+            if call is not None and call.skip == "repeat":
+                skipped += len(group)  # this very prompt failed recently: next batch
+                continue
+            if call is not None and call.skip is not None:
+                skipped += len(group)
+                stopped, why = True, call.error
+                break
             failed += len(group)
+            if call is not None and call.outcome == "invalid":
+                continue  # a bad answer: the server works, older topics may fare better
             streak += 1
             if streak >= max_failures:
-                stopped = True
+                stopped, why = True, f"{streak} calls in a row timed out or failed"
                 break
             continue
         streak = 0
@@ -165,7 +188,7 @@ def organize_labels(
             tree.flush()
     return EnrichReport(
         user_id=user_id, candidates=len(todo), labelled=labelled, failed=failed, skipped=skipped,
-        llm_calls=runner.total_calls - calls_before, stopped_early=stopped,
+        llm_calls=runner.total_calls - calls_before, stopped_early=stopped, stop_reason=why,
     )
 
 

@@ -46,8 +46,10 @@ class SegmentReport:
 
 
 def segment_tail(store: Store, runner: LLMRunner, user_id: str, settings: TreeSettings, *,
-                 window: int = 24, min_new: int = 6, min_follow: int = 4) -> SegmentReport:
-    """Let the LLM re-segment the user's open tail; see the module docstring."""
+                 window: int = 24, min_new: int = 6, min_follow: int = 4,
+                 deadline: float | None = None) -> SegmentReport:
+    """Let the LLM re-segment the user's open tail; see the module docstring. ``deadline``
+    (``time.monotonic()``) bounds its LLM calls (the organize run's budget)."""
     calls0 = runner.total_calls
     roots = store.list_topics(user_id, parent_id=None)
     through = int(roots[0].meta.get("segmented_through", 0)) if roots else 0
@@ -61,12 +63,12 @@ def segment_tail(store: Store, runner: LLMRunner, user_id: str, settings: TreeSe
 
     if len(tail) < min_new:
         return report()
-    seg = roles.segment(runner, to_turns(tail), max_turns=window, min_follow=min_follow)
+    seg = roles.segment(runner, to_turns(tail), max_turns=window, min_follow=min_follow, deadline=deadline)
     if seg is None:  # failure recorded in the runner's log; placement stands
         return report()
     # Mapped once: the transaction below goes ahead only if the tail's topics are unchanged.
     assignment = roles.stable_assignment(seg, _tail_spans(tail))
-    routes = _route_new_spans(store, runner, user_id, tail, [s for t, s in assignment if t is None])
+    routes = _route_new_spans(store, runner, user_id, tail, [s for t, s in assignment if t is None], deadline)
     with store.transaction(user_id):
         fresh = {e.seq: e for e in store.exchanges_by_seq(user_id, [e.seq for e in tail])}
         if any(fresh.get(e.seq) is None or fresh[e.seq].topic_id != e.topic_id for e in tail):
@@ -121,7 +123,7 @@ def _tail_spans(tail: list[Exchange]) -> list[tuple[str, int, int]]:
 
 
 def _route_new_spans(store: Store, runner: LLMRunner, user_id: str, tail: list[Exchange],
-                     pending: list[roles.Segment]) -> dict[int, str]:
+                     pending: list[roles.Segment], deadline: float | None = None) -> dict[int, str]:
     """Ask the router (TRACE's classifier) where each span that needs a new topic belongs.
 
     Runs before the write transaction (no lock held during LLM calls). The choices are the
@@ -151,7 +153,7 @@ def _route_new_spans(store: Store, runner: LLMRunner, user_id: str, tail: list[E
         before = [e for e in tail if e.seq < span.start_seq][-6:]
         prev = store.get_topic(before[-1].topic_id) if before and before[-1].topic_id else None
         decision = roles.route(runner, to_card(prev) if prev is not None else None, cards,
-                               to_turns(before), to_turns([first])[0])
+                               to_turns(before), to_turns([first])[0], deadline=deadline)
         if decision is not None and not decision.continue_current and decision.parent_index is not None:
             out[span.start_seq] = cards[decision.parent_index].id
     return out
