@@ -901,6 +901,7 @@ class Memory:
         ``delete`` (tree, vectors, full-text and term statistics kept exact); topics and themes
         left empty are removed, a parent theme too when this was its only content."""
         uid = v.user_id(user_id)
+        topic_id = v.item_id(topic_id, "topic_id")
         for name, flag in (("confirm", confirm), ("dry_run", dry_run)):
             if not isinstance(flag, bool):
                 raise ValidationError(f"{name} must be true or false")
