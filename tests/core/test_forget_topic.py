@@ -155,9 +155,12 @@ def test_forget_topic_stays_in_the_users_partition_and_checks_its_arguments(
         root_id = mem.tree(user_id="demo").id
         theme = _theme(mem)
         before = len(mem.exchanges(user_id="demo"))
-        for bad in (carol_topic, root_id, "t_nope", 42):
+        for bad in (carol_topic, root_id, "t_nope"):
             with pytest.raises(NotFoundError):
-                mem.forget_topic(bad, user_id="demo", confirm=True)  # type: ignore[arg-type]
+                mem.forget_topic(bad, user_id="demo", confirm=True)
+        for not_an_id in (42, {"a": {}}):
+            with pytest.raises(ValidationError):
+                mem.forget_topic(not_an_id, user_id="demo", confirm=True)  # type: ignore[arg-type]
         with pytest.raises(ValidationError):
             mem.forget_topic(theme.id, user_id="demo", confirm="yes")  # type: ignore[arg-type]
         with pytest.raises(ValidationError):
