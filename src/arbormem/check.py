@@ -11,7 +11,7 @@ and reports every disagreement as a typed ``Problem``:
   within ``max_children`` (``root_children`` at the top);
 - every completed exchange has exactly one vector and one full-text entry, and no index entry
   points to a missing row or to a pending or failed exchange; a merged topic's alias vectors
-  (``<topic>~<part>``, organize/consolidate.py) belong to a leaf that lists the part, and
+  (``<topic>~<part>``, organize/aliases.py) belong to a leaf that lists the part, and
   every listed part has one;
 - every row reads back (kind ``row``): exchanges' messages and metadata are strict JSON (no
   NaN/Infinity, which SQLite's JSON functions refuse: one such row made every recall of its
@@ -267,14 +267,15 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
             bad("tree", tid, "parent chain has a cycle")
 
     # -- vectors ----------------------------------------------------------------------------
-    from .organize.consolidate import ALIASES, alias_id, alias_owner, is_alias
+    from .organize.aliases import alias_id, alias_owner, is_alias
+    from .store.state import TopicMeta
 
     def aliases_of(tid: str, t: dict[str, Any]) -> set[str]:
-        if ALIASES not in t["meta"]:  # skips parsing the meta of every unmerged topic
+        if '"aliases"' not in t["meta"]:  # TopicMeta.aliases' key: skips parsing every unmerged topic
             return set()
         try:
-            parts = json.loads(t["meta"]).get(ALIASES) or []
-        except (ValueError, AttributeError):  # reported as a row problem
+            parts = TopicMeta.decode(json.loads(t["meta"])).aliases
+        except (ValueError, AttributeError, TypeError):  # reported as a row problem
             return set()
         return {alias_id(tid, str(p)) for p in parts}
 
@@ -294,7 +295,7 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
                 bad("status", item_id, f"{ex[3]} exchange has a vector")
             have_vec.add(item_id)
         elif is_alias(item_id):
-            # A merged topic's part (organize/consolidate.py): valid while the survivor is a
+            # A merged topic's part (organize/aliases.py): valid while the survivor is a
             # leaf that lists the part.
             owner = topics.get(alias_owner(item_id))
             if owner is None or owner["kind"] != "topic":

@@ -40,7 +40,8 @@ from .models import (
     Stats,
     Topic,
 )
-from .organize.consolidate import ALIASES, ConsolidationOptions, consolidate, drop_aliases
+from .organize.aliases import drop_aliases
+from .organize.consolidate import ConsolidationOptions, consolidate
 from .organize.enrich import EnrichReport, organize_labels, topic_detail
 from .organize.models import Change, ConsolidationReport, RecallMode, TopicReading
 from .organize.reading import change_history, read_topic, set_recall_mode, undo
@@ -793,8 +794,8 @@ class Memory:
                 else:
                     parts = [c.vec_sum for c in kids.get(t.id, []) if c.vec_sum is not None]
                     t.vec_sum = np.sum(parts, axis=0).astype(np.float32) if parts else None
-                if t.meta.get(ALIASES):
-                    aliases += len(t.meta[ALIASES])
+                if t.meta.aliases:
+                    aliases += len(t.meta.aliases)
                     drop_aliases(store, t)  # also drops the parts' text: reindex below
                     store.put_text(uid, "topic", t.id, topic_index_text(t))
                 store.put_topic(t)

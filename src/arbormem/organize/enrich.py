@@ -40,12 +40,6 @@ from .tree import TreeSession
 if TYPE_CHECKING:
     from .segment import SegmentReport
 
-#: Set in ``TopicRecord.meta`` when the labels came from the LLM.
-LABEL_SOURCE = "label_source"
-#: The topic's size when it was labelled; a different size means the label is stale.
-LABEL_SIZE = "label_size"
-
-
 @dataclass(frozen=True)
 class EnrichReport:
     """What one ``organize`` run did. ``llm_calls`` counts calls made by this run."""
@@ -91,7 +85,7 @@ def needs_label(rec: TopicRecord, min_size: int = 1) -> bool:
     """A frozen leaf whose labels are offline, or were made when it had another size."""
     if rec.kind != "topic" or not rec.frozen or rec.size < min_size:
         return False
-    return not (rec.meta.get(LABEL_SOURCE) == "llm" and rec.meta.get(LABEL_SIZE) == rec.size)
+    return not (rec.meta.label_source == "llm" and rec.meta.label_size == rec.size)
 
 
 def organize_labels(
@@ -151,11 +145,8 @@ def organize_labels(
                     title=label.title,
                     keywords=list(label.keywords),
                     summary=label.summary,
-                    meta={
-                        LABEL_SOURCE: "llm",
-                        "retrieval_terms": list(label.retrieval_terms),
-                        "trigger": label.trigger or "",
-                    },
+                    retrieval_terms=list(label.retrieval_terms),
+                    trigger=label.trigger or "",
                 )
                 if not ok:
                     skipped += 1  # the topic changed while the model was thinking
@@ -177,8 +168,8 @@ def topic_detail(store: Store, runner: LLMRunner | None, rec: TopicRecord) -> st
     """
     if rec.kind != "topic":
         return None
-    cached = rec.meta.get("detail")
-    if isinstance(cached, str) and cached and rec.meta.get("detail_size") == rec.size:
+    cached = rec.meta.detail
+    if cached and rec.meta.detail_size == rec.size:
         return cached
     if runner is None:
         return None
@@ -189,8 +180,7 @@ def topic_detail(store: Store, runner: LLMRunner | None, rec: TopicRecord) -> st
     with store.transaction(rec.user_id):
         cur = store.get_topic(rec.id)
         if cur is not None and cur.size == rec.size:
-            cur.meta["detail"] = result.detail
-            cur.meta["detail_size"] = cur.size
+            cur.meta.detail, cur.meta.detail_size = result.detail, cur.size
             store.put_topic(cur)
     return result.detail
 
@@ -223,6 +213,4 @@ __all__ = [
     "topic_detail",
     "to_turns",
     "to_card",
-    "LABEL_SOURCE",
-    "LABEL_SIZE",
 ]

@@ -173,7 +173,7 @@ def _canon_topic(t: TopicRecord) -> str:
     vec = None if t.vec_sum is None else np.asarray(t.vec_sum, dtype=np.float32).tobytes().hex()
     return _dump([t.id, t.user_id, t.kind, t.parent_id, t.title, list(t.keywords), t.summary,
                   t.start_seq, t.end_seq, t.size, _ts(t.first_at), _ts(t.last_at), t.frozen, vec,
-                  dict(t.terms), t.created_seq, dict(t.meta)])
+                  dict(t.terms), t.created_seq, t.meta.encode()])
 
 
 def _canon_change(c: ChangeRecord) -> str:

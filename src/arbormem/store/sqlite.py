@@ -51,6 +51,7 @@ from .base import (
     TopicRecord,
 )
 from .migrations import SQLITE_MIGRATIONS
+from .state import TopicMeta
 
 log = logging.getLogger("arbormem.store")
 
@@ -543,7 +544,7 @@ class SQLiteStore(Store):
             keywords=json.loads(row[5]), summary=row[6], start_seq=row[7], end_seq=row[8],
             size=row[9], first_at=_dt(row[10]), last_at=_dt(row[11]), frozen=bool(row[12]),
             vec_sum=np.frombuffer(row[13], dtype=np.float32).copy() if row[13] else None,
-            terms=json.loads(row[14]), created_seq=row[15], meta=json.loads(row[16]),
+            terms=json.loads(row[14]), created_seq=row[15], meta=TopicMeta.decode(json.loads(row[16])),
         )
 
     def put_topic(self, rec: TopicRecord) -> None:
@@ -560,7 +561,7 @@ class SQLiteStore(Store):
                 json.dumps(rec.keywords, ensure_ascii=False), rec.summary, rec.start_seq,
                 rec.end_seq, rec.size, _iso(rec.first_at), _iso(rec.last_at), int(rec.frozen),
                 vec, json.dumps(rec.terms, ensure_ascii=False), rec.created_seq,
-                json.dumps(rec.meta, ensure_ascii=False),
+                json.dumps(rec.meta.encode(), ensure_ascii=False),
             ),
         )
 
