@@ -27,7 +27,7 @@ from typing import Any
 
 from .config import Limits
 from .errors import ValidationError
-from .retrieve.render import message_text
+from .render import message_text
 from .store.base import MARKS_KEY, ExchangeFilter
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})

@@ -24,10 +24,10 @@ from arbormem import ConfigError, EmbeddingError, Memory
 from arbormem.check import check
 from arbormem.embed import Embedder
 from arbormem.embed.testing import BrokenEmbedder, HashEmbedder
-from arbormem.memory import REEMBED_KEY
 from arbormem.models import ReembedProgress
 from arbormem.organize.aliases import alias_id
 from arbormem.organize.consolidate import ConsolidationOptions
+from arbormem.reembed import REEMBED_KEY
 from arbormem.store.base import Store
 from arbormem.store.sqlite import SQLiteStore
 from tests.conftest import chat

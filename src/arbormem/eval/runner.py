@@ -296,6 +296,7 @@ def _aggregate(results: Sequence[QuestionResult], systems: Sequence[str], budget
     return scores
 
 
+# Long: the evaluation protocol in order (ingest, ask, score, baselines), one step each.
 def run_locomo(
     mem: Memory,
     conversations: Sequence[Conversation],

@@ -234,6 +234,8 @@ def consolidate(
     )
 
 
+# Long: judge the candidate pairs without a transaction (LLM calls), then apply them in
+# one short transaction that re-checks each; the two halves share the decisions.
 def _merge_and_link(store: Store, user_id: str, settings: TreeSettings, llm: Any, opts: ConsolidationOptions,
                     thr: Thresholds, counts: dict[str, int], changes: list[str], st: RunMarks) -> set[str]:
     """Returns the topics the next run must look at again (survivors, postponed pairs)."""
@@ -348,6 +350,8 @@ def _merge_and_link(store: Store, user_id: str, settings: TreeSettings, llm: Any
 
 
 
+# Long: plan (archive, dedup, supersede) over batches without a transaction, then apply the
+# plans in short transactions that re-check each exchange.
 def _exchanges_pass(store: Store, user_id: str, opts: ConsolidationOptions, thr: Thresholds,
                     counts: dict[str, int], changes: list[str], mark: int) -> None:
     """Archive, dedup and supersession over the exchanges added since the last run.

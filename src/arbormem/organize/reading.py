@@ -16,7 +16,7 @@ from typing import Any, get_args
 from ..config import TreeSettings
 from ..errors import NotFoundError, ValidationError
 from ..models import Topic
-from ..retrieve.render import render_exchange
+from ..render import render_exchange
 from ..store.base import ChangeRecord, Store, TopicRecord
 from ..text import idf, sentences, shorten, terms
 from .enrich import topic_detail

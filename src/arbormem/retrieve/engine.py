@@ -39,7 +39,7 @@ from .query import QueryAnalysis, analyse
 
 if TYPE_CHECKING:  # pragma: no cover
     from .llm_plan import RecallPlanner
-from .render import message_text, packet_header, render, render_exchange, speaker
+from ..render import message_text, packet_header, render, render_exchange, speaker
 from .topics import TopicPaths
 
 RRF_K = 60.0

@@ -519,6 +519,7 @@ def small_body_limit(limits: Limits) -> int:
 
 
 # -- the app ------------------------------------------------------------------------------------
+# Long: FastAPI routes are closures over the app's Memory; one route per few lines.
 def create_app(
     memory_or_path: Memory | str | Path,
     *,

@@ -148,6 +148,7 @@ SYSTEM = ("You are a helpful assistant with long-term memory. The memory context
                     "With a model (--llm-base-url/--llm-model) each turn is stored. Without one it "
                     "runs retrieval-only: it shows what would be injected and stores nothing unless "
                     "asked (/note TEXT, or --notes to keep every line as a note). " + CHAT_HELP)
+# Long: an interactive loop with its commands, read top to bottom.
 @db_option
 @database_url_option
 @user_option

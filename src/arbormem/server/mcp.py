@@ -69,6 +69,7 @@ def _annotations(cls: Any, *, read_only: bool, destructive: bool, idempotent: bo
     return cls(**values)
 
 
+# Long: MCP tools are closures over the server's Memory; one tool per few lines.
 def create_server(memory: Memory, user_id: str, *, name: str = "arbormem") -> Any:
     """An MCP server whose tools read and write ``user_id``'s memory in ``memory``."""
     Server, ToolAnnotations, ToolError = _sdk()

@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import NotFoundError, ValidationError
 from ..memory import Memory
 from ..models import Exchange, Topic
-from ..retrieve.render import packet_header, render_exchange
+from ..render import packet_header, render_exchange
 
 TIERS = (0, 1, 2)
 

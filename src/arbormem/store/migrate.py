@@ -95,12 +95,12 @@ class _SQLiteExport:
         self.s = store
 
     def iter_text(self, user_id: str, kind: IndexKind) -> Iterable[tuple[str, str]]:
-        from .sqlite import _FTS, _ROWS, _uid_token
+        from .sqlite import _FTS, _ROWS, uid_token
 
         rows = self.s._rows(
             f"SELECT r.id, f.body FROM {_FTS[kind]} f JOIN {_ROWS[kind]} r ON r.rid = f.rowid "
             f"WHERE f.uid = ? AND r.user_id = ? ORDER BY r.id",
-            (_uid_token(user_id), user_id),
+            (uid_token(user_id), user_id),
         )
         return [(r[0], r[1]) for r in rows]
 
@@ -231,6 +231,8 @@ def fingerprint(store: Store, user_id: str, batch: int = 1000) -> tuple[dict[str
 
 
 # -- the copy -------------------------------------------------------------------------------------
+# Long: the copy in its order (users, exchanges, topics, vectors, text, log, meta) and the
+# verification of each, in one place so nothing is copied unchecked.
 def copy_store(
     src: Store,
     dst: Store,

@@ -740,6 +740,7 @@ class PostgresStore(Store):
                 (row[1], row[0], kind),
             )
 
+    # Long: one SQL statement (BM25 over tsvector with the filters) and its parameters.
     def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int,
                     where: ExchangeFilter | None = None) -> list[tuple[str, float]]:
         _check_kind(kind)

@@ -65,8 +65,9 @@ _ROWS = {"exchange": "exchanges", "topic": "topics"}
 COMMON_DF = 5_000
 
 
-def _uid_token(user_id: str) -> str:
-    # A token the unicode61 tokenizer keeps whole, so "uid : token" filters inside the MATCH.
+def uid_token(user_id: str) -> str:
+    """The user's key in the full-text tables: a token the unicode61 tokenizer keeps whole, so
+    "uid : token" filters inside the MATCH."""
     return "u" + hashlib.sha1(user_id.encode("utf-8")).hexdigest()[:20]
 
 
@@ -854,7 +855,7 @@ class SQLiteStore(Store):
             raise StoreError(f"no {kind} {item_id!r} to index")
         table = _FTS[kind]
         self._exec(f"DELETE FROM {table} WHERE rowid = ?", (rid,))
-        self._exec(f"INSERT INTO {table} (rowid, uid, body) VALUES (?, ?, ?)", (rid, _uid_token(user_id), text))
+        self._exec(f"INSERT INTO {table} (rowid, uid, body) VALUES (?, ?, ?)", (rid, uid_token(user_id), text))
 
     def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int,
                     where: ExchangeFilter | None = None) -> list[tuple[str, float]]:
@@ -879,7 +880,7 @@ class SQLiteStore(Store):
             f"SELECT r.id, f.s FROM (SELECT rowid AS rid, bm25({table}, 0.0, 1.0) AS s FROM {table} "
             f"WHERE {table} MATCH ?{inside} ORDER BY s LIMIT ?) f JOIN {_ROWS[kind]} r ON r.rid = f.rid "
             "ORDER BY f.s",
-            (_fts_query(_uid_token(user_id), terms), *([user_id, *params] if cond else []), int(k)),
+            (_fts_query(uid_token(user_id), terms), *([user_id, *params] if cond else []), int(k)),
         )
         # FTS5's bm25() is negative (smaller = better); flip it so higher = better.
         return [(r[0], -float(r[1])) for r in rows]
@@ -917,7 +918,7 @@ class SQLiteStore(Store):
     def delete_user(self, user_id: str) -> int:
         with self.transaction(user_id):
             n = int(self._exec("SELECT COUNT(*) FROM exchanges WHERE user_id = ?", (user_id,)).fetchone()[0])
-            uid = _uid_token(user_id)
+            uid = uid_token(user_id)
             for table in _FTS.values():
                 self._exec(f"DELETE FROM {table} WHERE uid = ?", (uid,))
             for table in ("exchanges", "topics", "vectors", "changes", "term_df", "user_state"):
@@ -952,6 +953,29 @@ class SQLiteStore(Store):
         if busy:
             log.warning("WAL checkpoint after a deletion was blocked by a reader; deleted text "
                         "stays in %s-wal until the next checkpoint", self.path)
+
+    def raw_connection(self) -> sqlite3.Connection:
+        """This thread's connection, for ``arbormem check``, which must read what is on disk
+        (not what the caches believe). Read with it; write through the Store methods."""
+        return self._conn
+
+    def clear_derived(self, user_id: str, last_seq: int) -> None:
+        """Drop everything derived from the user's transcript (topics, vectors, full text, term
+        statistics, every exchange's topic), keeping the exchange rows; the sequence counter
+        is raised to ``last_seq`` if below. For a repair that places the transcript again in
+        the same transaction (``check.py``)."""
+        uid = uid_token(user_id)
+        for table in ("exchange_fts", "topic_fts"):
+            self._exec(f"DELETE FROM {table} WHERE uid = ?", (uid,))
+        for table in ("topics", "vectors", "term_df"):
+            self._exec(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
+        self._exec(
+            "INSERT INTO user_state (user_id, last_seq, del_gen) VALUES (?, ?, 1) "
+            "ON CONFLICT (user_id) DO UPDATE SET last_seq = MAX(last_seq, excluded.last_seq), "
+            "del_gen = del_gen + 1",
+            (user_id, last_seq),
+        )
+        self._exec("UPDATE exchanges SET topic_id = NULL WHERE user_id = ?", (user_id,))
 
     def purge_deleted_text(self) -> None:
         # FTS5 marks a deleted row in a new segment and keeps its tokens in the old ones until

@@ -34,8 +34,8 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from ..models import Exchange
-from ..store.state import ExchangeMarks
+from .models import Exchange
+from .store.state import ExchangeMarks
 
 OPEN = "<memory-context>"
 #: What starts every line of a message after its first (see the module docstring).
