@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import validate as v
 from .errors import NotFoundError, ValidationError
-from .models import Exchange, _Serializable
+from .models import Exchange, Serializable
 from .organize.tree import new_id
 from .text import sentences
 
@@ -47,7 +47,7 @@ INDEXED_TARGET = "docsrc:indexed"  # this user's pre-version documents have mark
 
 
 @dataclass(frozen=True)
-class DocumentReport(_Serializable):
+class DocumentReport(Serializable):
     """What ``Memory.add_document`` did: the chunks stored now and those already present."""
 
     source: str

@@ -387,7 +387,7 @@ class Memory:
         return dataclasses.replace(report, segmented=seg)
 
     def topic_detail(self, topic_id: str, *, user_id: str) -> str | None:
-        """A topic's detailed summary (tier 2): made by the LLM on first request and cached
+        """A topic's detailed summary (depth 1): made by the LLM on first request and cached
         until the topic changes. None without an LLM or when the call fails."""
         uid = v.user_id(user_id)
         rec = self.store.get_topic(v.item_id(topic_id, "topic_id"))
@@ -416,7 +416,7 @@ class Memory:
         return consolidate(self.store, self.embedder, uid, self.settings.tree, llm=self.llm, options=options)
 
     def read(self, topic_id: str, *, user_id: str, depth: int = 0) -> TopicReading:
-        """Read a topic at one of three tiers: 0 title and summary, 1 detailed summary (the
+        """Read a topic at one of three depths: 0 title and summary, 1 detailed summary (the
         LLM's when configured, else extractive; cached until the topic changes), 2 the
         verbatim exchanges."""
         uid = v.user_id(user_id)

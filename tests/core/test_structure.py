@@ -17,20 +17,10 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "arbormem"
 #: needed, so the list only shrinks.
 KNOWN_REACHES = {
     # issue 22 branch removes these (bulk loading moves into PostgresStore, bench helpers)
-    "eval/scale.py": {"_conn", "_tsvector_literal", "_ASSIST_T", "_NAMES", "_USER_T", "_db_bytes", "_pcts",
-                      "_Serializable"},
-    "eval/bench.py": {"_conn", "_Serializable"},
+    "eval/scale.py": {"_conn", "_tsvector_literal", "_ASSIST_T", "_NAMES", "_USER_T", "_db_bytes", "_pcts"},
+    "eval/bench.py": {"_conn"},
     # issue 22 branch reworks the ranking (retrieve/engine.py's candidate type)
     "retrieve/llm_plan.py": {"_Cand"},
-    # store/migrate.py exports SQLite's rows directly (its own reader of the SQLite layout)
-    "store/migrate.py": {"_FTS", "_ROWS", "_rows", "_exec", "_Serializable"},
-    # doors sharing the root CLI's helpers
-    "organize/cli.py": {"_print_tree"},
-    "server/cli.py": {"_errors", "_print_tree", "_make_llm"},
-    # the frozen-dataclass JSON base of the result types
-    "documents.py": {"_Serializable"},
-    "eval/runner.py": {"_Serializable"},
-    "organize/models.py": {"_Serializable"},
 }
 
 

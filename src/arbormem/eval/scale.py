@@ -53,7 +53,7 @@ import numpy as np
 
 from ..embed.base import Embedder
 from ..errors import ConfigError
-from ..models import Exchange, _Serializable
+from ..models import Exchange, Serializable
 from ..store.base import Store, TopicRecord
 from ..store.state import TopicMeta
 from .bench import _ASSIST_T, _NAMES, _USER_T, _db_bytes, _pcts
@@ -306,7 +306,7 @@ def build_tree(h: History, vecs: np.ndarray, counts: list[Counter[str]], df: dic
 # -- loading ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class LoadStats(_Serializable):
+class LoadStats(Serializable):
     exchanges: int
     topics: int
     subjects: int
@@ -499,7 +499,7 @@ def _build_pg_index(store: Any, user_id: str, last_id: str, last_vec: np.ndarray
 # -- measuring --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class ScaleConfig(_Serializable):
+class ScaleConfig(Serializable):
     """One (store, size) run; picklable so it runs in a fresh process."""
 
     size: int
@@ -516,7 +516,7 @@ class ScaleConfig(_Serializable):
 
 
 @dataclass(frozen=True)
-class ScaleResult(_Serializable):
+class ScaleResult(Serializable):
     """Figures of one (store, size). Times in ms unless named ``_s``."""
 
     store: str
@@ -541,7 +541,7 @@ class ScaleResult(_Serializable):
 
 
 @dataclass(frozen=True)
-class ScaleReport(_Serializable):
+class ScaleReport(Serializable):
     results: tuple[ScaleResult, ...]
     machine: str
     date: str

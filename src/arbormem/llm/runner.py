@@ -37,8 +37,6 @@ ROLE_MAX_TOKENS: dict[str, int] = {
     "labeler": 500,
     "detail": 700,
     "segmenter": 1200,
-    "selector": 200,
-    "query": 250,
     "planner": 350,
     "veto": 150,
 }

@@ -25,12 +25,8 @@ from typing import TYPE_CHECKING
 from ..config import TreeSettings
 from ..llm.prompts import Budget, TopicCard, Turn
 from ..llm.roles import (
-    MergeVerdict,
-    TopicLabel,
     detail_topic,
-    label_topic,
     label_topics,
-    veto_merge,
 )
 from ..llm.runner import LLMRunner
 from ..models import Exchange
@@ -74,11 +70,6 @@ def to_card(rec: TopicRecord, path: Sequence[str] = ()) -> TopicCard:
         id=rec.id, title=rec.title, keywords=tuple(rec.keywords), summary=rec.summary,
         first_at=rec.first_at, last_at=rec.last_at, size=rec.size, path=tuple(path),
     )
-
-
-def enrich_topic(runner: LLMRunner, texts: Sequence[Turn], budget: Budget | None = None) -> TopicLabel | None:
-    """Labels for one topic from its exchanges, or None (keep the offline labels)."""
-    return label_topic(runner, texts, budget)
 
 
 def needs_label(rec: TopicRecord, min_size: int = 1) -> bool:
@@ -161,7 +152,7 @@ def organize_labels(
 
 
 def topic_detail(store: Store, runner: LLMRunner | None, rec: TopicRecord) -> str | None:
-    """The tier-2 detailed summary of a topic (CoMeT): made on first request, then cached.
+    """The depth-1 detailed summary of a topic (CoMeT): made on first request, then cached.
 
     Cached in the topic's metadata with the topic's size, so it is remade only after the
     topic changed. None when there is no LLM or the call failed (nothing is cached then).
@@ -185,31 +176,10 @@ def topic_detail(store: Store, runner: LLMRunner | None, rec: TopicRecord) -> st
     return result.detail
 
 
-def confirm_merge(
-    runner: LLMRunner | None,
-    a: TopicRecord,
-    a_exchanges: Sequence[Exchange],
-    b: TopicRecord,
-    b_exchanges: Sequence[Exchange],
-) -> bool:
-    """The veto step of a merge (for the consolidation organiser).
-
-    True only when the LLM confirmed the merge; no LLM, a failure or a rejection all mean
-    False — keeping two topics apart loses nothing, a wrong merge does.
-    Without an LLM, the caller decides on its own offline evidence instead of calling this.
-    """
-    if runner is None:
-        return False
-    verdict: MergeVerdict | None = veto_merge(runner, to_card(a), to_turns(a_exchanges), to_card(b), to_turns(b_exchanges))
-    return verdict is not None and verdict.same_topic
-
-
 __all__ = [
     "EnrichReport",
-    "enrich_topic",
     "organize_labels",
     "needs_label",
-    "confirm_merge",
     "topic_detail",
     "to_turns",
     "to_card",

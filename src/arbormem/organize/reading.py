@@ -1,4 +1,4 @@
-"""Reading topics in tiers, recall modes, the change history and undo (behind ``Memory``).
+"""Reading topics at three depths, recall modes, the change history and undo (behind ``Memory``).
 
 Tiers (CoMeT): 0 = title and short summary; 1 = a detailed summary, made by the LLM when one
 is configured (``enrich.topic_detail``) and otherwise extractive, cached in the topic's meta

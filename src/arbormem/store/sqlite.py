@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -953,6 +953,48 @@ class SQLiteStore(Store):
         if busy:
             log.warning("WAL checkpoint after a deletion was blocked by a reader; deleted text "
                         "stays in %s-wal until the next checkpoint", self.path)
+
+    # -- Exportable (store/migrate.py): what the contract does not expose, for lossless copies --
+    def iter_text(self, user_id: str, kind: IndexKind) -> Iterable[tuple[str, str]]:
+        """(id, full-text body) of the user's rows of ``kind``, by id."""
+        rows = self._rows(
+            f"SELECT r.id, f.body FROM {_FTS[kind]} f JOIN {_ROWS[kind]} r ON r.rid = f.rowid "
+            f"WHERE f.uid = ? AND r.user_id = ? ORDER BY r.id",
+            (uid_token(user_id), user_id),
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def iter_vector_ids(self, user_id: str, kind: IndexKind) -> list[str]:
+        rows = self._rows(
+            "SELECT item_id FROM vectors WHERE user_id = ? AND kind = ? ORDER BY item_id", (user_id, kind)
+        )
+        return [r[0] for r in rows]
+
+    def iter_term_df(self, user_id: str) -> list[tuple[str, int]]:
+        rows = self._rows("SELECT term, df FROM term_df WHERE user_id = ? ORDER BY term", (user_id,))
+        return [(r[0], int(r[1])) for r in rows]
+
+    def iter_meta(self) -> list[tuple[str, str]]:
+        return [(r[0], r[1]) for r in self._rows("SELECT key, value FROM meta ORDER BY key")]
+
+    def get_last_seq(self, user_id: str) -> int:
+        row = self._exec("SELECT last_seq FROM user_state WHERE user_id = ?", (user_id,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def ensure_seq(self, user_id: str, seq: int) -> None:
+        self._exec(
+            "INSERT INTO user_state (user_id, last_seq) VALUES (?, ?) ON CONFLICT (user_id) "
+            "DO UPDATE SET last_seq = MAX(last_seq, excluded.last_seq)",
+            (user_id, int(seq)),
+        )
+
+    def put_change(self, rec: ChangeRecord) -> None:
+        self._exec(
+            "INSERT OR IGNORE INTO changes (id, user_id, at, action, target_id, detail) "
+            "VALUES (?,?,?,?,?,?)",
+            (rec.id, rec.user_id, rec.at.isoformat(), rec.action, rec.target_id,
+             json.dumps(rec.detail, ensure_ascii=False, default=str)),
+        )
 
     def raw_connection(self) -> sqlite3.Connection:
         """This thread's connection, for ``arbormem check``, which must read what is on disk

@@ -75,7 +75,7 @@ class TopicMeta:
     pending: str | None = None          # lookahead: the exchange not judged yet
     phrases: dict[str, int] = field(default_factory=dict)   # bounded phrase counter (titles)
     titled: tuple[int, int] | None = None  # (size, children) when the title was last computed
-    # -- labels (organize/enrich.py: LLM labels; organize/reading.py: tier-1 detail)
+    # -- labels (organize/enrich.py: LLM labels; organize/reading.py: depth-1 detail)
     label_source: str | None = None     # "llm" when the LLM labelled it
     label_size: int | None = None       # size at which the labels were set
     retrieval_terms: list[str] = field(default_factory=list)
