@@ -194,3 +194,10 @@ def test_long_functions_say_why() -> None:
                 if "Long:" not in head:
                     long.append(f"{path}:{node.lineno} {node.name} ({n} lines)")
     assert not long, "split these or write why they are long ('Long: ...'): " + "; ".join(long)
+
+
+def test_architecture_doc_names_every_module() -> None:
+    doc = (SRC.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [str(p.relative_to(SRC)) for p in sorted(SRC.rglob("*.py"))
+               if p.name not in ("__init__.py", "__main__.py") and p.name not in doc]
+    assert not missing, f"docs/architecture.md does not list: {missing}"
