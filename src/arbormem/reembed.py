@@ -30,18 +30,8 @@ def reembed(
     writer: Writer, *, user_id: str | None = None, batch_size: int = 256,
     progress: Callable[[ReembedProgress], None] | None = None, force: bool = False,
 ) -> ReembedReport:
-    """Rewrite every stored vector with the writer's embedder (open the memory with the
-    new one): exchange vectors from their text, topic centroids from their members.
-
-    Each user is re-embedded in one store transaction: an embedder failure (an
-    ``EmbeddingError``, also for NaN/inf or wrong-sized output) rolls that user back
-    untouched. Finished users are recorded in the store, so calling again after an
-    interruption skips them. The memory records the new embedder once every user is done;
-    until then reads and writes refuse it. With ``user_id`` only that user is done now.
-    A memory that already records this embedder is left alone unless ``force``.
-    Merged topics' part vectors (consolidation aliases) cannot be rebuilt: they are
-    dropped, the topic then scores by its own centroid. ``progress`` gets a
-    ``ReembedProgress`` after every batch. Run it while no other process writes."""
+    """Rewrite every stored vector with the writer's embedder, one user per transaction,
+    resumable; the behaviour and its guarantees are documented on ``Memory.reembed``."""
     v.integer(batch_size, "batch_size", 1)
     store = writer.store
     only = None if user_id is None else v.user_id(user_id)
