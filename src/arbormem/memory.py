@@ -654,7 +654,9 @@ class Memory:
     def _forget_plan(self, uid: str, topic_id: str) -> ForgetReport:
         """What forgetting ``topic_id`` deletes: the exchanges filed under it and the nodes that
         go with them (the node's subtree, and each ancestor that holds nothing else)."""
-        recs = {r.id: r for r in self.store.list_topics(uid)} if isinstance(topic_id, str) else {}
+        if not isinstance(topic_id, str):  # a list or dict id is not a key: NotFound, not TypeError
+            raise NotFoundError(f"no topic {topic_id!r}")
+        recs = {r.id: r for r in self.store.list_topics(uid)}
         node = recs.get(topic_id)
         if node is None or node.kind == "root":
             raise NotFoundError(f"no topic {topic_id!r}")
