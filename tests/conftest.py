@@ -44,3 +44,12 @@ def demo_data() -> dict:
 
 def chat(user: str, assistant: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that loads the bundled model (through the ``minilm`` fixture) carries the
+    ``model`` marker, so ``-m "not model"`` deselects them where the model is not installed
+    instead of letting them error."""
+    for item in items:
+        if "minilm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.model)

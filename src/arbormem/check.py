@@ -11,7 +11,7 @@ and reports every disagreement as a typed ``Problem``:
   within ``max_children`` (``root_children`` at the top);
 - every completed exchange has exactly one vector and one full-text entry, and no index entry
   points to a missing row or to a pending or failed exchange; a merged topic's alias vectors
-  (``<topic>~<part>``, organize/consolidate.py) belong to a leaf that lists the part, and
+  (``<topic>~<part>``, organize/aliases.py) belong to a leaf that lists the part, and
   every listed part has one;
 - every row reads back (kind ``row``): exchanges' messages and metadata are strict JSON (no
   NaN/Infinity, which SQLite's JSON functions refuse: one such row made every recall of its
@@ -23,7 +23,7 @@ and reports every disagreement as a typed ``Problem``:
   row by hand.
 
 ``repair_user`` rebuilds all derived data of a user from the transcript in one transaction:
-the tree is placed again exchange by exchange (as the write path would), stored vectors are
+the tree is placed again exchange by exchange through the write path (``ingest.py``), stored vectors are
 reused when their dimension is right and missing ones are embedded. LLM labels, consolidation
 merges and links are derived data too and are lost by a repair (the organiser makes them
 again); the transcript is never touched.
@@ -45,6 +45,7 @@ from .errors import ConfigError
 
 if TYPE_CHECKING:
     from .memory import Memory
+    from .store.sqlite import SQLiteStore
 
 ProblemKind = Literal["tree", "vector", "text", "status", "termstats", "row"]
 
@@ -100,19 +101,17 @@ class CheckReport:
         }
 
 
-def _uid_token(user_id: str) -> str:
-    from .store.sqlite import _uid_token as token
-
-    return token(user_id)
-
-
-def _raw(memory: Memory) -> sqlite3.Connection:
+def _sqlite(memory: Memory) -> SQLiteStore:
     from .store.sqlite import SQLiteStore
 
     store = memory.store
     if not isinstance(store, SQLiteStore):
         raise ConfigError("arbormem check works on SQLite memories only")
-    return store._conn
+    return store
+
+
+def _raw(memory: Memory) -> sqlite3.Connection:
+    return _sqlite(memory).raw_connection()
 
 
 def _strict_json(raw: object, want: type) -> str | None:
@@ -180,6 +179,8 @@ def _row_problems(conn: sqlite3.Connection, user_id: str) -> list[Problem]:
     return out
 
 
+# Long: one read of every table of the user, then each invariant in turn over those rows;
+# split, the rows would have to be passed to a dozen helpers that share them.
 def check_user(memory: Memory, user_id: str) -> UserCheck:
     """Check one user's tree and indexes against the transcript (read-only)."""
     conn = _raw(memory)
@@ -267,14 +268,15 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
             bad("tree", tid, "parent chain has a cycle")
 
     # -- vectors ----------------------------------------------------------------------------
-    from .organize.consolidate import ALIASES, alias_id, alias_owner, is_alias
+    from .organize.aliases import alias_id, alias_owner, is_alias
+    from .store.state import TopicMeta
 
     def aliases_of(tid: str, t: dict[str, Any]) -> set[str]:
-        if ALIASES not in t["meta"]:  # skips parsing the meta of every unmerged topic
+        if '"aliases"' not in t["meta"]:  # TopicMeta.aliases' key: skips parsing every unmerged topic
             return set()
         try:
-            parts = json.loads(t["meta"]).get(ALIASES) or []
-        except (ValueError, AttributeError):  # reported as a row problem
+            parts = TopicMeta.decode(json.loads(t["meta"])).aliases
+        except (ValueError, AttributeError, TypeError):  # reported as a row problem
             return set()
         return {alias_id(tid, str(p)) for p in parts}
 
@@ -294,7 +296,7 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
                 bad("status", item_id, f"{ex[3]} exchange has a vector")
             have_vec.add(item_id)
         elif is_alias(item_id):
-            # A merged topic's part (organize/consolidate.py): valid while the survivor is a
+            # A merged topic's part (organize/aliases.py): valid while the survivor is a
             # leaf that lists the part.
             owner = topics.get(alias_owner(item_id))
             if owner is None or owner["kind"] != "topic":
@@ -314,7 +316,9 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
             bad("vector", r[1], "completed exchange has no vector")
 
     # -- full text (rowid = exchanges.rid / topics.rid) -----------------------------------------
-    uid = _uid_token(user_id)
+    from .store.sqlite import uid_token
+
+    uid = uid_token(user_id)
     fts_rows = [r[0] for r in conn.execute("SELECT rowid FROM exchange_fts WHERE uid = ?", (uid,))]
     rid_of = {r[0]: r for r in ex_rows}
     seen_rows: set[int] = set()
@@ -349,12 +353,7 @@ def repair_user(memory: Memory, user_id: str) -> None:
     """Rebuild a user's tree, vectors, full-text entries and term statistics from the
     transcript, in one transaction (all or nothing). Pending and failed exchanges are taken
     out of every index; the transcript rows keep their ids, sequence numbers and texts."""
-    from .organize.tree import TreeSession
-    from .text import term_counts
-
-    conn = _raw(memory)
-    store = memory.store
-    uid = _uid_token(user_id)
+    store = _sqlite(memory)
     exchanges = list(store.iter_exchanges(user_id))
     done = [e for e in exchanges if e.status == "completed"]
     # Reuse stored vectors of the right dimension; embed the rest outside the transaction.
@@ -364,31 +363,15 @@ def repair_user(memory: Memory, user_id: str) -> None:
         kept = {k: v for k, v in kept.items() if v.shape == (dim,) and np.isfinite(v).all()}
     missing = [e for e in done if e.id not in kept]
     if missing:
-        memory._check_embedder()
-        fresh = memory.embedder.embed([e.text for e in missing])
+        fresh = memory.writer.embed([e.text for e in missing])
         kept.update({e.id: np.asarray(v, dtype=np.float32) for e, v in zip(missing, fresh, strict=True)})
     with store.transaction(user_id):
-        for table in ("exchange_fts", "topic_fts"):
-            conn.execute(f"DELETE FROM {table} WHERE uid = ?", (uid,))
-        for table in ("topics", "vectors", "term_df"):
-            conn.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
-        conn.execute(
-            "INSERT INTO user_state (user_id, last_seq, del_gen) VALUES (?, ?, 1) "
-            "ON CONFLICT (user_id) DO UPDATE SET last_seq = MAX(last_seq, excluded.last_seq), "
-            "del_gen = del_gen + 1",
-            (user_id, max((e.seq for e in exchanges), default=0)),
-        )
-        conn.execute("UPDATE exchanges SET topic_id = NULL WHERE user_id = ?", (user_id,))
-        tree = TreeSession(store, user_id, memory.settings.tree)
+        store.clear_derived(user_id, max((e.seq for e in exchanges), default=0))
+        # Placed again through the write path, as one unit (one tree session, flushed once).
+        unit = memory.writer.unit(user_id)
         for ex in done:
-            vec = kept[ex.id]
-            counts = term_counts(ex.text)
-            placed = dataclasses.replace(ex, topic_id=tree.place(ex, vec, counts))
-            store.update_exchange(placed)
-            store.put_vectors(user_id, "exchange", [ex.id], vec[None, :])
-            store.add_term_df(user_id, list(counts))
-        tree.flush()
-        memory._reindex_text(user_id, [e.seq for e in done], {e.seq: e for e in exchanges})
+            unit.add(dataclasses.replace(ex, topic_id=None), kept[ex.id], update=True)
+        unit.finish()
         store.log_change(user_id, "repair", user_id, {"exchanges": len(done)})
 
 

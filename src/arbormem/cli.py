@@ -23,7 +23,7 @@ from .errors import ArbormemError, ImportFormatError, NotFoundError, ValidationE
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _errors(fn: F) -> F:
+def cli_errors(fn: F) -> F:
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -140,7 +140,7 @@ def _print_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
 
 
-def _print_tree(root: Any, *, max_depth: int = 99) -> None:
+def print_tree(root: Any, *, max_depth: int = 99) -> None:
     def walk(node: Any, prefix: str, last: bool, depth: int) -> None:
         if node.kind != "root":
             branch = "└─ " if last else "├─ "
@@ -172,7 +172,7 @@ def main() -> None:
 @click.option("--llm-model", default=None, envvar="ARBORMEM_LLM__MODEL", help="Model name at that endpoint.")
 @llm_options(budget_default=6.0)
 @json_option
-@_errors
+@cli_errors
 def demo(db: str, embedder: str | None, max_tokens: int, question: str | None,
          llm_base_url: str | None, llm_model: str | None, as_json: bool, settings: Any) -> None:
     data = json.loads(resources.files("arbormem").joinpath("data/demo.json").read_text("utf-8"))
@@ -180,7 +180,7 @@ def demo(db: str, embedder: str | None, max_tokens: int, question: str | None,
     question = question or data["question"]
     llm = None
     if llm_base_url and llm_model:
-        llm = _make_llm(llm_base_url, llm_model, settings.llm)
+        llm = make_llm(llm_base_url, llm_model, settings.llm)
     t0 = time.perf_counter()
     organized = None
     with _memory(db, embedder, llm=llm, settings=settings) as mem:
@@ -203,7 +203,7 @@ def demo(db: str, embedder: str | None, max_tokens: int, question: str | None,
             _print_json(out)
             return
         click.secho(f"Ingested {root.size} exchanges in {t_ingest:.2f}s. Topic tree:", bold=True)
-        _print_tree(root)
+        print_tree(root)
         click.secho(f"\nQuestion: {question}", bold=True)
         paths = sorted({" › ".join(t.path) for t in r.topics})
         click.echo("Branches used: " + ("; ".join(paths) or "(none)"))
@@ -218,7 +218,7 @@ def demo(db: str, embedder: str | None, max_tokens: int, question: str | None,
             click.echo(f"LLM: {llm.usage().summary()}")
 
 
-def _make_llm(base_url: str, model: str, s: Any = None) -> Any:
+def make_llm(base_url: str, model: str, s: Any = None) -> Any:
     """A runner for the endpoint with the LLM settings ``s`` (default: the environment's)."""
     from .config import Settings
     from .llm import LLMRunner
@@ -239,7 +239,7 @@ def _make_llm(base_url: str, model: str, s: Any = None) -> Any:
 @click.option("--limit", default=50, show_default=True, help="At most this many topics.")
 @llm_options()
 @json_option
-@_errors
+@cli_errors
 def organize(db: str | None, user_id: str, embedder: str | None, limit: int, as_json: bool, settings: Any) -> None:
     with _existing(db, embedder, user_id=user_id, settings=settings) as mem:
         if mem.llm is None:
@@ -263,7 +263,7 @@ def organize(db: str | None, user_id: str, embedder: str | None, limit: int, as_
 @user_option
 @embedder_option
 @json_option
-@_errors
+@cli_errors
 def import_cmd(path: Path, db: str | None, user_id: str, embedder: str | None, as_json: bool) -> None:
     items = read_import_file(path)
     from tqdm import tqdm
@@ -353,12 +353,13 @@ def _filters(session_id: str | None, since: str | None, until: str | None, meta:
 @db_option
 @user_option
 @embedder_option
-@click.option("--max-tokens", default=1024, show_default=True)
+@click.option("--max-tokens", type=int, default=None,
+              help="Recall budget (default: the ARBORMEM_RECALL__MAX_TOKENS setting, 1024).")
 @filter_options
 @llm_options()
 @json_option
-@_errors
-def recall(query: str, db: str | None, user_id: str, embedder: str | None, max_tokens: int, as_json: bool,
+@cli_errors
+def recall(query: str, db: str | None, user_id: str, embedder: str | None, max_tokens: int | None, as_json: bool,
            session_id: str | None, since: str | None, until: str | None, meta: tuple[str, ...],
            min_relevance: float | None, settings: Any) -> None:
     filters = _filters(session_id, since, until, meta, min_relevance)
@@ -380,7 +381,7 @@ def recall(query: str, db: str | None, user_id: str, embedder: str | None, max_t
 @click.option("--limit", default=10, show_default=True)
 @filter_options
 @json_option
-@_errors
+@cli_errors
 def search(query: str, db: str | None, user_id: str, embedder: str | None, limit: int, as_json: bool,
            session_id: str | None, since: str | None, until: str | None, meta: tuple[str, ...],
            min_relevance: float | None) -> None:
@@ -402,21 +403,21 @@ def search(query: str, db: str | None, user_id: str, embedder: str | None, limit
 @user_option
 @click.option("--depth", default=99, help="Levels to show.")
 @json_option
-@_errors
+@cli_errors
 def tree(db: str | None, user_id: str, depth: int, as_json: bool) -> None:
     with _existing(db, "hash", user_id=user_id) as mem:  # reading the tree needs no embedding model
         root = mem.tree(user_id=user_id)
     if as_json:
         _print_json(root.to_dict())
     else:
-        _print_tree(root, max_depth=depth)
+        print_tree(root, max_depth=depth)
 
 
 @main.command(help="Counts of exchanges, topics (LLM-labelled ones too) and tokens for a user.")
 @db_option
 @user_option
 @json_option
-@_errors
+@cli_errors
 def stats(db: str | None, user_id: str, as_json: bool) -> None:
     with _existing(db, "hash", user_id=user_id) as mem:
         s = mem.stats(user_id=user_id)
@@ -437,7 +438,7 @@ def stats(db: str | None, user_id: str, as_json: bool) -> None:
 @click.option("--topic", "topic_id", required=True, help="Topic or theme id (shown by `arbormem tree --json`).")
 @click.option("--yes", is_flag=True, help="Delete them (a theme of several topics included).")
 @json_option
-@_errors
+@cli_errors
 def forget(db: str | None, user_id: str, topic_id: str, yes: bool, as_json: bool) -> None:
     with _existing(db, "hash", user_id=user_id) as mem:  # deleting needs no embedding model
         r = mem.forget_topic(topic_id, user_id=user_id, dry_run=True)
@@ -468,7 +469,7 @@ def forget(db: str | None, user_id: str, topic_id: str, yes: bool, as_json: bool
 @click.option("--force", is_flag=True, help="Re-embed even if the memory already records this embedder.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @json_option
-@_errors
+@cli_errors
 def reembed(db: str | None, embedder: str, user_id: str | None, batch_size: int,
             database_url: str | None, force: bool, quiet: bool, as_json: bool) -> None:
     """Rewrite every vector of the memory at DB (a SQLite file) or --database-url with the
@@ -512,7 +513,7 @@ def reembed(db: str | None, embedder: str, user_id: str | None, batch_size: int,
 @click.option("--user", "user_id", default=None, help="Only this user (default: every user).")
 @click.option("--database-url", default=None, help="A PostgreSQL memory (postgresql://...) instead of DB.")
 @json_option
-@_errors
+@cli_errors
 def rebuild_tree(db: str | None, user_id: str | None, database_url: str | None, as_json: bool) -> None:
     """Drop every topic of the memory at DB (or --database-url) and place each stored exchange
     again with the current placement, one transaction per user. The transcript and its
@@ -530,43 +531,34 @@ def rebuild_tree(db: str | None, user_id: str | None, database_url: str | None, 
         click.echo(f"{uid}: {n} topics")
 
 
-def _register_optional() -> None:
-    """Attach command groups that live with their subsystems (kept import-light)."""
-    try:
-        from .eval.cli import bench_command, bench_threads_command, eval_group
-
-        main.add_command(eval_group, "eval")
-        main.add_command(bench_command, "bench")
-        main.add_command(bench_threads_command, "bench-threads")
-    except ImportError:
-        pass
-    try:
-        from .organize.cli import bench_consolidate_command, consolidate_command
-
-        main.add_command(consolidate_command, "consolidate")
-        main.add_command(bench_consolidate_command, "bench-consolidate")
-    except ImportError:
-        pass
-    try:
-        from .store.cli import migrate_store
-
-        main.add_command(migrate_store, "migrate-store")
-    except ImportError:
-        pass
-    try:
-        from .server.cli import chat, mcp, serve
-
-        main.add_command(serve, "serve")
-        main.add_command(mcp, "mcp")
-        main.add_command(chat, "chat")
-    except ImportError:
-        pass
+def _register_subcommands() -> None:
+    """Attach the command groups that live with their subsystems. Their modules import only
+    click and arbormem at the top (optional dependencies load inside the commands), so an
+    ImportError here is a bug and must surface, not hide a command."""
     from .check_cli import check_command
+    from .eval.cli import bench_command, bench_threads_command, eval_group
+    from .organize.cli import bench_consolidate_command, consolidate_command
+    from .server.cli import chat, mcp, serve
+    from .store.cli import migrate_store
 
+    main.add_command(eval_group, "eval")
+    main.add_command(bench_command, "bench")
+    main.add_command(bench_threads_command, "bench-threads")
+    main.add_command(consolidate_command, "consolidate")
+    main.add_command(bench_consolidate_command, "bench-consolidate")
+    main.add_command(migrate_store, "migrate-store")
+    main.add_command(serve, "serve")
+    main.add_command(mcp, "mcp")
+    main.add_command(chat, "chat")
     main.add_command(check_command, "check")
 
 
-_register_optional()
-
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    # ``python -m arbormem.cli``: this file runs as ``__main__``, a second copy of the module.
+    # The subcommand modules import ``arbormem.cli`` for its helpers, so registering them from
+    # this copy would import them mid-way through; run the importable module's ``main``.
+    from arbormem.cli import main as _main
+
+    _main()
+else:
+    _register_subcommands()

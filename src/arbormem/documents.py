@@ -4,7 +4,7 @@
   sentence boundaries (a sentence longer than the limit is cut at a space), packs units into
   chunks up to ``max_chars`` and repeats the tail of each chunk (whole sentences, up to
   ``overlap_chars``) at the start of the next, so a fact that straddles a cut is whole in one.
-- **Storage**: each chunk becomes a completed exchange whose user message is
+- **Storage**: through the one write path (``ingest.py``), each chunk becomes a completed exchange whose user message is
   ``[document: SOURCE · part i/n]`` + the chunk, so a recall that quotes it shows where it came
   from; ``metadata`` carries ``kind="document"``, ``source``, ``part``, ``parts`` and the
   content hashes. All chunks share a session id derived from the document hash, so the tree
@@ -29,15 +29,16 @@ from typing import TYPE_CHECKING, Any
 
 from . import validate as v
 from .errors import NotFoundError, ValidationError
-from .models import Exchange, _Serializable
-from .organize.tree import TreeSession, new_id
-from .text import sentences, term_counts
+from .models import Exchange, Serializable
+from .organize.tree import new_id
+from .text import sentences
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from datetime import datetime
 
-    from .memory import Memory
+    from .ingest import Writer
+    from .store.base import Store
 
 _PARA = re.compile(r"\n\s*\n")
 MARKER_PREFIX = "dochash:"
@@ -46,7 +47,7 @@ INDEXED_TARGET = "docsrc:indexed"  # this user's pre-version documents have mark
 
 
 @dataclass(frozen=True)
-class DocumentReport(_Serializable):
+class DocumentReport(Serializable):
     """What ``Memory.add_document`` did: the chunks stored now and those already present."""
 
     source: str
@@ -127,8 +128,10 @@ def _sha(text: str) -> str:
     return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()
 
 
+# Long: one transaction (dedupe, replace the previous version, store the new chunks) that
+# must read as one unit: a reader sees the old version or the new one, never both.
 def add_document(
-    mem: Memory, text: str, *, source: str, user_id: str, at: datetime | str | None = None,
+    writer: Writer, text: str, *, source: str, user_id: str, at: datetime | str | None = None,
     metadata: Mapping[str, Any] | None = None, max_chars: int = 1200, overlap_chars: int = 200,
 ) -> DocumentReport:
     """Chunk ``text`` and store new chunks as exchanges (see the module docstring)."""
@@ -148,12 +151,12 @@ def add_document(
         body = f"[document: {source} · part {i}/{n}]\n{chunk}"
         meta = {**extra, "kind": "document", "source": source, "part": i, "parts": n,
                 "content_sha256": h, "doc_sha256": doc_sha}
-        ex = mem._prepare(uid, {"messages": [{"role": "user", "content": body}],
+        ex = writer.prepare(uid, {"messages": [{"role": "user", "content": body}],
                                 "session_id": f"doc:{doc_sha[:16]}", "at": when,
                                 "metadata": meta}, i - 1)
         items.append((h, ex))
 
-    store = mem.store
+    store = writer.store
 
     def existing(h: str) -> str | None:
         # This source's chunk with this content: a document owns its chunks, so replacing
@@ -175,8 +178,7 @@ def add_document(
     # Cheap pre-check so a re-added document embeds nothing; repeated inside the transaction,
     # which is what makes it safe against a concurrent writer.
     todo = [(h, ex) for h, ex in unique if existing(h) is None]
-    vecs = dict(zip([h for h, _ in todo], mem.embedder.embed([ex.text for _, ex in todo]), strict=True)) if todo else {}
-    mem._check_embedder()
+    vecs = dict(zip([h for h, _ in todo], writer.embed([ex.text for _, ex in todo]), strict=True))
     dupes: dict[str, str] = {}
     added: list[Exchange] = []
     with store.transaction(uid):
@@ -191,23 +193,19 @@ def add_document(
         # The previous version's chunks that the new one does not keep go first, through the
         # one deletion path (tree, vectors, full text, statistics), in this transaction: a
         # reader sees the old version or the new one, never both.
-        removed = [x for x in _current_ids(mem, uid, source) if x not in set(kept.values())]
+        removed = [x for x in _current_ids(store, uid, source) if x not in set(kept.values())]
         for old in store.get_exchanges(uid, removed):
-            mem._delete_exchange(old)
+            writer.delete(old)
         missing = [(h, ex) for h, ex in fresh if h not in vecs]  # a chunk deleted meanwhile
         if missing:
-            vecs.update(zip([h for h, _ in missing], mem.embedder.embed([ex.text for _, ex in missing]), strict=True))
-        tree = TreeSession(store, uid, mem.settings.tree)
-        counts: list[dict[str, int]] = []
+            vecs.update(zip([h for h, _ in missing], writer.embed([ex.text for _, ex in missing]), strict=True))
+        unit = writer.unit(uid)
         for h, ex in fresh:
-            ex = dataclasses.replace(ex, id=new_id("x"), seq=store.next_seq(uid))
-            counts.append(term_counts(ex.text))
-            ex = mem._ingest(tree, ex, vecs[h], update=False, flush=False, counts=counts[-1])
+            ex = unit.add(dataclasses.replace(ex, id=new_id("x"), seq=store.next_seq(uid)), vecs[h])
             store.log_change(uid, "document_chunk", MARKER_PREFIX + h, {"exchange_id": ex.id, "source": source})
             added.append(ex)
             kept[h] = ex.id
-        mem._index_batch(uid, added, counts)
-        tree.flush()
+        unit.finish()
         dupes = {h: x for h, x in kept.items() if x not in {e.id for e in added}}
         store.log_change(uid, "document", _source_key(source),
                          {"source": source, "doc_sha256": doc_sha, "ids": [kept[h] for h, _ in unique]})
@@ -222,13 +220,12 @@ def _source_key(source: str) -> str:
     return SOURCE_PREFIX + hashlib.sha256(source.encode("utf-8")).hexdigest()
 
 
-def _current_ids(mem: Memory, uid: str, source: str) -> list[str]:
+def _current_ids(store: Store, uid: str, source: str) -> list[str]:
     """The chunk ids of ``source``'s current version (call inside the user's transaction).
 
     Documents added before versions were recorded have no marker: the first call for a user
     scans the user's exchanges once, records a marker for every such source and a
     ``docsrc:indexed`` mark, so no later call scans again."""
-    store = mem.store
     for change in store.list_changes(uid, target_id=_source_key(source), limit=1):
         ids = change.detail.get("ids")
         return [str(i) for i in ids] if isinstance(ids, list) else []
@@ -245,19 +242,19 @@ def _current_ids(mem: Memory, uid: str, source: str) -> list[str]:
     return found.get(source, [])
 
 
-def delete_document(mem: Memory, source: str, *, user_id: str) -> tuple[str, ...]:
+def delete_document(writer: Writer, source: str, *, user_id: str) -> tuple[str, ...]:
     """Delete every chunk of ``source`` (its current version) in one transaction; returns
     their ids. NotFoundError when the user holds no document under that source."""
     uid = v.user_id(user_id)
     _check_source(source)
-    store = mem.store
+    store = writer.store
     with store.transaction(uid):
-        ids = _current_ids(mem, uid, source)
+        ids = _current_ids(store, uid, source)
         gone = store.get_exchanges(uid, ids)
         if not gone:
             raise NotFoundError(f"no document with source {source!r}")
         for ex in gone:
-            mem._delete_exchange(ex)
+            writer.delete(ex)
         store.log_change(uid, "document", _source_key(source), {"source": source, "doc_sha256": None, "ids": []})
         store.purge_deleted_text()
     return tuple(ex.id for ex in gone)

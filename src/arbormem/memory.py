@@ -2,7 +2,8 @@
 
 Write path (``begin``/``complete``/``add``/``add_many``): validate everything first, embed
 outside the lock, then in one store transaction allocate the sequence number, place the
-exchange in the tree, write its row and index entries. No LLM is ever called here.
+exchange in the tree, write its row and index entries (``ingest.py``, the one write path every
+writer uses). No LLM is ever called here.
 
 Read path (``recall``/``search``): see ``retrieve/engine.py``.
 """
@@ -13,9 +14,7 @@ import dataclasses
 import hashlib
 import json
 import math
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -25,8 +24,9 @@ import numpy as np
 
 from . import validate as v
 from .config import Settings
-from .embed import Embedder, check_vectors, make_embedder
+from .embed import Embedder, make_embedder
 from .errors import ConfigError, ConfirmationRequired, NotFoundError, StateError, ValidationError
+from .ingest import Writer
 from .llm import LLM, LLMCall, LLMRunner, make_runner
 from .models import (
     Exchange,
@@ -40,16 +40,17 @@ from .models import (
     Stats,
     Topic,
 )
-from .organize.consolidate import ALIASES, ConsolidationOptions, consolidate, drop_aliases
-from .organize.enrich import LABEL_SOURCE, EnrichReport, organize_labels, topic_detail
+from .organize.consolidate import ConsolidationOptions, consolidate
+from .organize.enrich import EnrichReport, organize_labels, topic_detail
 from .organize.models import Change, ConsolidationReport, RecallMode, TopicReading
 from .organize.reading import change_history, read_topic, set_recall_mode, undo
-from .organize.tree import TreeSession, new_id, topic_index_text
+from .organize.tree import TreeSession, new_id
+from .reembed import reembed
 from .retrieve.engine import Retriever
 from .retrieve.llm_plan import RecallPlanner
 from .retrieve.topics import TopicPaths
 from .store.base import Store, TopicRecord
-from .text import term_counts, terms
+from .text import term_counts
 from .tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -60,23 +61,6 @@ ProgressFn = Callable[[int, int], None]
 _IMPORT_PREFIX = "import:"
 #: Change-log target of an imported exchange's content hash (``import_exchanges``).
 _HASH_PREFIX = "xhash:"
-_ITEM_KEYS = frozenset({"messages", "session_id", "at", "assistant_at", "metadata", "user_id"})
-
-#: Store meta key of an unfinished re-embed: JSON ``{"target": "NAME:DIM", "done": [users]}``
-#: ("" once finished). While it is set, reads and writes refuse the memory.
-REEMBED_KEY = "reembed"
-
-
-def _reembed_state(raw: str | None) -> dict[str, Any] | None:
-    """The unfinished re-embed recorded in the store, or None."""
-    if not raw:
-        return None
-    try:
-        state = json.loads(raw)
-        return {"target": str(state["target"]), "done": [str(u) for u in state["done"]]}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"unreadable re-embed progress in store meta {REEMBED_KEY!r}: {raw!r}") from exc
-
 
 class Memory:
     """Long-term memory of conversations, organised as a tree of topics.
@@ -121,8 +105,8 @@ class Memory:
         self._owns_llm = llm is None and self.llm is not None
         self.tokens = TokenCounter()
         self.retriever = Retriever(self.store, self.embedder, self.tokens, self.settings.recall)
-        self._checked_embedder = False
-        self._lock = threading.Lock()
+        #: The one write path (``ingest.py``): validation, embedding, units of work, deletion.
+        self.writer = Writer(self.store, self.embedder, self.settings)
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -148,32 +132,6 @@ class Memory:
         self.embedder.embed(["warm up"])
         self.tokens.count("warm up")
         return time.perf_counter() - t0
-
-    def _check_embedder(self) -> None:
-        # Vectors of different models must never share an index: record the model once and
-        # refuse another one later.
-        if self._checked_embedder:
-            return
-        with self._lock:
-            spec = self.embedder.spec
-            stored = self.store.get_meta("embedder")
-            pending = _reembed_state(self.store.get_meta(REEMBED_KEY))
-            if pending is not None:
-                # Some users hold vectors of the new model, others of the old one: neither
-                # model may read or write until every user is done.
-                raise ConfigError(
-                    f"this memory is being re-embedded to {pending['target']!r} "
-                    f"({len(pending['done'])} user(s) done); finish it with reembed() "
-                    "(arbormem reembed) before using it"
-                )
-            if stored is None:
-                self.store.set_meta("embedder", spec)
-            elif stored != spec:
-                raise ConfigError(
-                    f"this memory was built with embedder {stored!r}, not {spec!r}; "
-                    "open it with the same embedder (or re-embed it)"
-                )
-            self._checked_embedder = True
 
     # -- write path -----------------------------------------------------------------------------
     def begin(
@@ -208,15 +166,14 @@ class Memory:
             ex, status="completed", assistant_text=reply, assistant_at=done_at,
             messages=(*ex.messages, {"role": "assistant", "content": reply}),
         )
-        # Embed before the model is recorded: an embedder returning garbage must not bind a
-        # fresh memory to itself (its EmbeddingError leaves the memory unchanged).
-        vec = self.embedder.embed([done.text])[0]
-        self._check_embedder()
+        vec = self.writer.embed([done.text])[0]  # ingest.py: embed, then bind the embedder
         with self.store.transaction(ex.user_id):
             current = self.store.get_exchange(exchange_id)
             if current is None or current.status != "pending":
                 raise StateError(f"exchange {exchange_id} is no longer pending")
-            done = self._ingest(TreeSession(self.store, ex.user_id, self.settings.tree), done, vec, update=True)
+            unit = self.writer.unit(ex.user_id)
+            done = unit.add(done, vec, update=True)
+            unit.finish()
         return done
 
     def fail(self, exchange_id: str, reason: str, *, user_id: str | None = None) -> Exchange:
@@ -289,7 +246,7 @@ class Memory:
         if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
             raise ValidationError("items must be an iterable of dicts with 'messages'")
         raw = list(items)
-        prepared = [self._prepare(uid, item, i) for i, item in enumerate(raw)]
+        prepared = [self.writer.prepare(uid, item, i) for i, item in enumerate(raw)]
         hashes = [_content_hash(ex, item) for ex, item in zip(prepared, raw, strict=True)] if dedupe else []
         if key is not None and (done := self._imported(uid, key)) is not None:
             return ImportReport(added=tuple(done))
@@ -303,8 +260,7 @@ class Memory:
         vecs: dict[int, np.ndarray] = {}
         for start in range(0, total, batch_size):
             part = todo[start : start + batch_size]
-            vecs.update(zip(part, self.embedder.embed([prepared[i].text for i in part]), strict=True))
-            self._check_embedder()  # after embedding: see complete()
+            vecs.update(zip(part, self.writer.embed([prepared[i].text for i in part]), strict=True))
             if progress is not None:
                 progress(min(start + batch_size, total), total)
         out: list[Exchange] = []
@@ -316,24 +272,20 @@ class Memory:
                 todo = [i for i in range(len(prepared)) if i not in skipped]
                 late = [i for i in todo if i not in vecs]  # its stored copy was deleted meanwhile
                 if late:
-                    vecs.update(zip(late, self.embedder.embed([prepared[i].text for i in late]), strict=True))
+                    vecs.update(zip(late, self.writer.embed([prepared[i].text for i in late]), strict=True))
             # Placed and indexed batch by batch (each lexical key written once per batch, the
             # tree's changed nodes flushed once per batch), all inside the one transaction.
             for start in range(0, len(todo), batch_size):
                 part = todo[start : start + batch_size]
-                tree = TreeSession(self.store, uid, self.settings.tree)
-                stored, counts = [], []
+                unit = self.writer.unit(uid)
                 for i in part:
-                    ex = dataclasses.replace(prepared[i], seq=self.store.next_seq(uid))
-                    counts.append(term_counts(ex.text))
-                    stored.append(self._ingest(tree, ex, vecs[i], update=False, flush=False, counts=counts[-1]))
+                    ex = unit.add(dataclasses.replace(prepared[i], seq=self.store.next_seq(uid)), vecs[i])
                     if dedupe:
                         self.store.log_change(uid, "import_item", _HASH_PREFIX + hashes[i], {"exchange_id": ex.id})
-                self._index_batch(uid, stored, counts)
-                tree.flush()
-                out.extend(stored)
-                if tree.moved:  # segmentation moved earlier exchanges to a new topic
-                    out = [dataclasses.replace(e, topic_id=tree.moved[e.id]) if e.id in tree.moved else e
+                unit.finish()
+                out.extend(unit.added)
+                if unit.moved:  # segmentation moved earlier exchanges to a new topic
+                    out = [dataclasses.replace(e, topic_id=unit.moved[e.id]) if e.id in unit.moved else e
                            for e in out]
             if key is not None:
                 self.store.log_change(uid, "import", key, {"ids": [e.id for e in out]})
@@ -373,7 +325,7 @@ class Memory:
         same text stores nothing, across processes (``documents.py``)."""
         from .documents import add_document
 
-        return add_document(self, text, source=source, user_id=user_id, at=at, metadata=metadata,
+        return add_document(self.writer, text, source=source, user_id=user_id, at=at, metadata=metadata,
                             max_chars=max_chars, overlap_chars=overlap_chars)
 
     def delete_document(self, source: str, *, user_id: str) -> tuple[str, ...]:
@@ -382,84 +334,7 @@ class Memory:
         ``NotFoundError`` if the user holds no document under that source."""
         from .documents import delete_document
 
-        return delete_document(self, source, user_id=user_id)
-
-    def _prepare(self, uid: str, item: Mapping[str, Any], index: int) -> Exchange:
-        if not isinstance(item, Mapping):
-            raise ValidationError(f"item {index}: must be a dict with 'messages'")
-        unknown = [k for k in item if k not in _ITEM_KEYS]
-        if unknown:
-            raise ValidationError(f"item {index}: unknown keys {sorted(map(repr, unknown))[:10]}")
-        if item.get("user_id") not in (None, uid):
-            raise ValidationError(f"item {index}: user_id differs from the import's user_id")
-        try:
-            msgs, user_text, assistant_text = v.messages(item.get("messages"), self.settings.max_message_chars,
-                                                         self.settings.limits)
-            at = v.when(item.get("at"))
-            assistant_at = v.when(item.get("assistant_at")) if item.get("assistant_at") is not None else at
-            sid = v.session_id(item.get("session_id"))
-            meta = v.metadata(item.get("metadata"), self.settings.limits)
-        except ValidationError as exc:
-            raise ValidationError(f"item {index}: {exc}") from exc
-        return Exchange(
-            id=new_id("x"), user_id=uid, session_id=sid, seq=0, status="completed",
-            messages=tuple(msgs), user_text=user_text, assistant_text=assistant_text,
-            user_at=at, assistant_at=assistant_at, metadata=meta,
-        )
-
-    def _ingest(self, tree: TreeSession, ex: Exchange, vec: np.ndarray, *, update: bool,
-                flush: bool = True, counts: Mapping[str, int] | None = None) -> Exchange:
-        """Place, store and index one completed exchange (inside the caller's transaction).
-        Bulk paths pass the exchange's term ``counts`` and index the whole batch afterwards
-        with ``_index_batch`` (each lexical key written once per batch, not rewritten as each
-        neighbour arrives, and one statistics update per batch)."""
-        batched = counts is not None
-        counts = term_counts(ex.text) if counts is None else counts
-        topic_id = tree.place(ex, vec, counts)
-        ex = dataclasses.replace(ex, topic_id=topic_id)
-        if update:
-            self.store.update_exchange(ex)
-        else:
-            self.store.insert_exchange(ex)
-        self.store.put_vectors(ex.user_id, "exchange", [ex.id], vec[None, :])
-        if not batched:
-            self._index_batch(ex.user_id, [ex], [counts])
-        if flush:
-            tree.flush()
-        return ex
-
-    def _index_batch(self, user_id: str, added: Sequence[Exchange], counts: Sequence[Mapping[str, int]]) -> None:
-        """Lexical keys of newly stored exchanges and of their neighbours, each written once,
-        and the user's term document frequencies (``counts``: each exchange's term counts)."""
-        if not added:
-            return
-        self._reindex_text(user_id, sorted({e.seq + d for e in added for d in (-1, 0, 1)}),
-                           {e.seq: e for e in added})
-        self.store.add_term_counts(user_id, Counter(t for c in counts for t in c))
-
-    def _reindex_text(self, user_id: str, seqs: Sequence[int], known: dict[int, Exchange]) -> None:
-        """Rewrite the lexical index entries of the exchanges at ``seqs``.
-
-        An exchange's lexical key is its own text plus the text of its neighbours in the same
-        session (LongMemEval's key expansion; the value packed into a recall stays verbatim).
-        A reply often only makes sense with the question before it: on the development split
-        this raised recall@10 of the ranking by ~1-2 points. Neighbours change when an
-        exchange arrives or is deleted, so their entries are rewritten then.
-        """
-        need = sorted({s + d for s in seqs for d in (-1, 0, 1) if s + d > 0} - set(known))
-        if need:
-            for e in self.store.exchanges_by_seq(user_id, need):
-                known.setdefault(e.seq, e)
-        for s in seqs:
-            ex = known.get(s)
-            if ex is None or ex.status != "completed":
-                continue
-            parts = [ex.text]
-            for d in (-1, 1):
-                nb = known.get(s + d)
-                if nb is not None and nb.status == "completed" and nb.session_id == ex.session_id:
-                    parts.append(nb.text)
-            self.store.put_text(user_id, "exchange", ex.id, "\n".join(parts))
+        return delete_document(self.writer, source, user_id=user_id)
 
     # -- read path ------------------------------------------------------------------------------
     def recall(
@@ -484,7 +359,7 @@ class Memory:
         n_recent = v.integer(self.settings.recall.recent if recent is None else recent, "recent")
         where = v.exchange_filter(session_id, since, until, metadata)
         floor = _relevance(min_relevance)
-        self._check_embedder()
+        self.writer.check_embedder()
         planner = (RecallPlanner(self.llm, deadline=self.settings.llm.recall_deadline)
                    if self.llm is not None and use_llm else None)
         return self.retriever.recall(uid, body, budget, n_recent,
@@ -519,7 +394,7 @@ class Memory:
         return dataclasses.replace(report, segmented=seg)
 
     def topic_detail(self, topic_id: str, *, user_id: str) -> str | None:
-        """A topic's detailed summary (tier 2): made by the LLM on first request and cached
+        """A topic's detailed summary (depth 1): made by the LLM on first request and cached
         until the topic changes. None without an LLM or when the call fails."""
         uid = v.user_id(user_id)
         rec = self.store.get_topic(v.item_id(topic_id, "topic_id"))
@@ -544,11 +419,11 @@ class Memory:
         if options is not None and not isinstance(options, ConsolidationOptions):
             raise ValidationError("options must be a ConsolidationOptions or None")
         # Consolidation embeds tags and compares centroids: never with another model's vectors.
-        self._check_embedder()
+        self.writer.check_embedder()
         return consolidate(self.store, self.embedder, uid, self.settings.tree, llm=self.llm, options=options)
 
     def read(self, topic_id: str, *, user_id: str, depth: int = 0) -> TopicReading:
-        """Read a topic at one of three tiers: 0 title and summary, 1 detailed summary (the
+        """Read a topic at one of three depths: 0 title and summary, 1 detailed summary (the
         LLM's when configured, else extractive; cached until the topic changes), 2 the
         verbatim exchanges."""
         uid = v.user_id(user_id)
@@ -595,7 +470,7 @@ class Memory:
         v.integer(limit, "limit", 1, 1000)
         where = v.exchange_filter(session_id, since, until, metadata)
         floor = _relevance(min_relevance)
-        self._check_embedder()
+        self.writer.check_embedder()
         return self.retriever.search(uid, body, limit, where, floor)
 
     def get(self, exchange_id: str, *, user_id: str | None = None) -> Exchange:
@@ -670,7 +545,7 @@ class Memory:
             topics=sum(1 for t in nodes if t.kind == "topic"),
             themes=sum(1 for t in nodes if t.kind == "theme"), depth=root.height() - 1,
             transcript_tokens=transcript,
-            llm_labelled=sum(1 for r in self.store.list_topics(uid) if r.meta.get(LABEL_SOURCE) == "llm"),
+            llm_labelled=sum(1 for r in self.store.list_topics(uid) if r.meta.label_source == "llm"),
             llm=None if self.llm is None else self.llm.usage(),
         )
 
@@ -690,142 +565,9 @@ class Memory:
         A memory that already records this embedder is left alone unless ``force``.
         Merged topics' part vectors (consolidation aliases) cannot be rebuilt: they are
         dropped, the topic then scores by its own centroid. ``progress`` gets a
-        ``ReembedProgress`` after every batch. Run it while no other process writes."""
-        v.integer(batch_size, "batch_size", 1)
-        only = None if user_id is None else v.user_id(user_id)
-        t0 = time.perf_counter()
-        spec = self.embedder.spec
-        previous = self.store.get_meta("embedder")
-        state = _reembed_state(self.store.get_meta(REEMBED_KEY))
-        if state is None and previous == spec and not force:
-            return ReembedReport(embedder=spec, previous=previous, complete=True,
-                                 seconds=time.perf_counter() - t0)
-        if state is None or state["target"] != spec:
-            # Nothing under way, or an interrupted re-embed to another model (its done users
-            # hold that model's vectors): every user is re-embedded for this one. The progress
-            # key is written with the first user's vectors, so a failure before that leaves
-            # the memory as it was.
-            state = {"target": spec, "done": []}
-        self._checked_embedder = False  # this Memory must refuse reads until done, too
-        users = [only] if only is not None else self.store.list_users()
-        done: list[str] = []
-        skipped: list[str] = []
-        n_ex = n_topics = n_aliases = 0
-        for uid in users:
-            if uid in state["done"]:
-                skipped.append(uid)
-                continue
-            ex_count, topic_count, alias_count = self._reembed_user(uid, spec, previous, batch_size, progress)
-            done.append(uid)
-            n_ex, n_topics, n_aliases = n_ex + ex_count, n_topics + topic_count, n_aliases + alias_count
-        recorded = _reembed_state(self.store.get_meta(REEMBED_KEY))
-        finished = set(recorded["done"]) if recorded is not None and recorded["target"] == spec else set()
-        pending = tuple(u for u in self.store.list_users() if u not in finished)
-        if not pending:
-            # One small transaction: a crash between the two leaves the progress key, and
-            # the next call (every user done) just finishes the switch.
-            with self.store.transaction("arbormem:reembed"):  # the name only serialises
-                self.store.set_meta("embedder", spec)
-                self.store.set_meta(REEMBED_KEY, "")
-        return ReembedReport(
-            embedder=spec, previous=previous, users=tuple(done), skipped=tuple(skipped),
-            pending=pending, exchanges=n_ex, topics=n_topics, aliases_dropped=n_aliases,
-            complete=not pending, seconds=time.perf_counter() - t0,
-        )
-
-    def _reembed_user(self, uid: str, spec: str, previous: str | None, batch_size: int,
-                      progress: Callable[[ReembedProgress], None] | None) -> tuple[int, int, int]:
-        """Re-embed one user in one transaction; returns (exchange vectors, topic vectors,
-        aliases dropped). Embeds with the user's write lock held: the set of exchanges cannot
-        change under it."""
-        store, emb = self.store, self.embedder
-        with store.transaction(uid):
-            # Exactly the exchanges that have a vector today get a new one (completed ones;
-            # pending and failed exchanges have none).
-            wanted: set[str] = set()
-            chunk: list[str] = []
-            for ex in store.iter_exchanges(uid):
-                chunk.append(ex.id)
-                if len(chunk) == 1000:
-                    wanted.update(store.get_vectors(uid, "exchange", chunk))
-                    chunk = []
-            wanted.update(store.get_vectors(uid, "exchange", chunk) if chunk else ())
-            total = len(wanted)
-            sums: dict[str, np.ndarray] = {}  # leaf id -> sum of its members' new unit vectors
-            batch: list[Exchange] = []
-            written = 0
-
-            def write(batch: list[Exchange]) -> int:
-                raw = emb.embed([e.text for e in batch])
-                # embed() validates already; checked again because a subclass may override it,
-                # and nothing unchecked may reach the store
-                mat = check_vectors(raw, len(batch), emb.dim, emb.name)
-                store.put_vectors(uid, "exchange", [e.id for e in batch], mat)
-                for e, vec in zip(batch, mat, strict=True):
-                    if e.topic_id is not None:
-                        acc = sums.get(e.topic_id)
-                        sums[e.topic_id] = vec.copy() if acc is None else acc + vec
-                if progress is not None:
-                    progress(ReembedProgress(user_id=uid, done=written + len(batch), total=total))
-                return len(batch)
-
-            for ex in store.iter_exchanges(uid):
-                if ex.id in wanted:
-                    batch.append(ex)
-                    if len(batch) == batch_size:
-                        written += write(batch)
-                        batch = []
-            if batch:
-                written += write(batch)
-
-            # Topic sums as the tree keeps them (organize/tree.py): a leaf sums its exchanges'
-            # unit vectors, an inner node (and the root) its children's sums. Deepest first.
-            topics = {t.id: t for t in store.list_topics(uid)}
-            had = set(store.get_vectors(uid, "topic", list(topics)))
-            kids: dict[str, list[TopicRecord]] = {}
-            for t in topics.values():
-                if t.parent_id is not None:
-                    kids.setdefault(t.parent_id, []).append(t)
-
-            def depth(t: TopicRecord) -> int:
-                d, cur, seen = 0, t, {t.id}
-                while cur.parent_id in topics and cur.parent_id not in seen:
-                    cur = topics[cur.parent_id]
-                    seen.add(cur.id)
-                    d += 1
-                return d
-
-            aliases = 0
-            for t in sorted(topics.values(), key=lambda t: -depth(t)):
-                if t.kind == "topic":
-                    t.vec_sum = sums.get(t.id)
-                else:
-                    parts = [c.vec_sum for c in kids.get(t.id, []) if c.vec_sum is not None]
-                    t.vec_sum = np.sum(parts, axis=0).astype(np.float32) if parts else None
-                if t.meta.get(ALIASES):
-                    aliases += len(t.meta[ALIASES])
-                    drop_aliases(store, t)  # also drops the parts' text: reindex below
-                    store.put_text(uid, "topic", t.id, topic_index_text(t))
-                store.put_topic(t)
-            vec_nodes = [t for t in topics.values() if t.kind != "root" and t.centroid() is not None]
-            for start in range(0, len(vec_nodes), 1000):
-                part = vec_nodes[start : start + 1000]
-                store.put_vectors(uid, "topic", [t.id for t in part],
-                                  np.stack([t.centroid() for t in part]))  # type: ignore[misc]
-            for t in topics.values():
-                if t.id in had and t.centroid() is None:
-                    # no member vector left to rebuild it from: no old-model vector may stay
-                    store.delete_index("topic", t.id)
-                    store.put_text(uid, "topic", t.id, topic_index_text(t))
-            store.log_change(uid, "reembed", uid, {
-                "embedder": spec, "previous": previous, "exchanges": written,
-                "topics": len(vec_nodes), "aliases_dropped": aliases,
-            })
-            # Committed with the vectors: the next call skips this user.
-            state = _reembed_state(store.get_meta(REEMBED_KEY))
-            done = state["done"] if state is not None and state["target"] == spec else []
-            store.set_meta(REEMBED_KEY, json.dumps({"target": spec, "done": sorted({*done, uid})}))
-        return written, len(vec_nodes), aliases
+        ``ReembedProgress`` after every batch. Run it while no other process writes
+        (``reembed.py``)."""
+        return reembed(self.writer, user_id=user_id, batch_size=batch_size, progress=progress, force=force)
 
     # -- deletion -------------------------------------------------------------------------------
     def rebuild_tree(self, user_id: str | None = None) -> dict[str, int]:
@@ -835,7 +577,7 @@ class Memory:
         made by an earlier version gets today's tree; nothing of the transcript changes.
         Consolidation's merges, links and pins live on topics and are dropped with them
         (run ``consolidate`` again). Returns {user: topics after}."""
-        self._check_embedder()
+        self.writer.check_embedder()
         users = [v.user_id(user_id)] if user_id is not None else self.store.list_users()
         out: dict[str, int] = {}
         for uid in users:
@@ -863,26 +605,8 @@ class Memory:
         ``user_id`` an exchange of another user is not found (and not deleted)."""
         ex = self.get(exchange_id, user_id=user_id)
         with self.store.transaction(ex.user_id):
-            self._delete_exchange(ex)
+            self.writer.delete(ex)
             self.store.purge_deleted_text()
-
-    def _delete_exchange(self, ex: Exchange) -> None:
-        """The one deletion path of an exchange (inside the caller's transaction): its row,
-        its place in the tree (a topic or theme left empty goes), every index entry, and the
-        lexical keys of its neighbours. The caller purges deleted text once at the end."""
-        if ex.status == "completed" and ex.topic_id:
-            vec = self.store.get_vectors(ex.user_id, "exchange", [ex.id]).get(ex.id)
-            tree = TreeSession(self.store, ex.user_id, self.settings.tree)
-            # Row first: tree.remove recomputes the topic's span from its stored exchanges.
-            self.store.delete_exchange(ex.id)
-            tree.remove(ex, vec, term_counts(ex.text))
-            self.store.add_term_df(ex.user_id, list(set(terms(ex.text))), delta=-1)
-            tree.flush()
-            # The neighbours' lexical keys quoted this exchange: rewrite them without it.
-            self._reindex_text(ex.user_id, [ex.seq - 1, ex.seq + 1], {})
-        else:
-            self.store.delete_exchange(ex.id)
-        self.store.log_change(ex.user_id, "delete", ex.id, {"seq": ex.seq, "topic": ex.topic_id})
 
     def forget_topic(
         self, topic_id: str, *, user_id: str, confirm: bool = False, dry_run: bool = False,
@@ -926,7 +650,7 @@ class Memory:
                 )
             before = [r.id for r in self.store.list_topics(uid)]
             for ex in self.store.get_exchanges(uid, list(plan.exchange_ids)):
-                self._delete_exchange(ex)
+                self.writer.delete(ex)
             # Reported as it happened, not as planned (the plan trusts the stored sizes).
             after = {r.id for r in self.store.list_topics(uid)}
             removed = tuple(t for t in dict.fromkeys([*plan.removed_topic_ids, *before]) if t not in after)
@@ -940,7 +664,9 @@ class Memory:
     def _forget_plan(self, uid: str, topic_id: str) -> ForgetReport:
         """What forgetting ``topic_id`` deletes: the exchanges filed under it and the nodes that
         go with them (the node's subtree, and each ancestor that holds nothing else)."""
-        recs = {r.id: r for r in self.store.list_topics(uid)} if isinstance(topic_id, str) else {}
+        if not isinstance(topic_id, str):  # a list or dict id is not a key: NotFound, not TypeError
+            raise NotFoundError(f"no topic {topic_id!r}")
+        recs = {r.id: r for r in self.store.list_topics(uid)}
         node = recs.get(topic_id)
         if node is None or node.kind == "root":
             raise NotFoundError(f"no topic {topic_id!r}")

@@ -32,7 +32,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-class _Serializable:
+class Serializable:
     def to_dict(self) -> dict[str, Any]:
         out = _jsonable(self)
         assert isinstance(out, dict)
@@ -40,7 +40,7 @@ class _Serializable:
 
 
 @dataclass(frozen=True)
-class Exchange(_Serializable):
+class Exchange(Serializable):
     """One user message and the assistant's reply (plus optional system/tool messages).
 
     The verbatim ``messages`` are the source of truth; ``user_text`` / ``assistant_text`` are
@@ -70,7 +70,7 @@ class Exchange(_Serializable):
 
 
 @dataclass(frozen=True)
-class Topic(_Serializable):
+class Topic(Serializable):
     """A node of the topic tree.
 
     ``kind`` is ``"topic"`` for a leaf holding a run of exchanges, ``"theme"`` for an inner node
@@ -112,7 +112,7 @@ class Topic(_Serializable):
 
 
 @dataclass(frozen=True)
-class Hit(_Serializable):
+class Hit(Serializable):
     """One ranked search result: an exchange with its fused score and topic path."""
 
     exchange: Exchange
@@ -130,7 +130,7 @@ class Hit(_Serializable):
 
 
 @dataclass(frozen=True)
-class RecallTrace(_Serializable):
+class RecallTrace(Serializable):
     """Why a recall returned what it did: candidate counts, chosen items, timings (ms)."""
 
     query_terms: tuple[str, ...]
@@ -150,7 +150,7 @@ class RecallTrace(_Serializable):
 
 
 @dataclass(frozen=True)
-class Recall(_Serializable):
+class Recall(Serializable):
     """The memory context for one new user message.
 
     ``text`` is ready to inject; ``tokens`` is its cl100k token count and never exceeds the
@@ -165,7 +165,7 @@ class Recall(_Serializable):
 
 
 @dataclass(frozen=True)
-class Stats(_Serializable):
+class Stats(Serializable):
     user_id: str | None
     exchanges: int
     completed: int
@@ -183,7 +183,7 @@ class Stats(_Serializable):
 
 
 @dataclass(frozen=True)
-class ReembedProgress(_Serializable):
+class ReembedProgress(Serializable):
     """Where a re-embed stands, passed to its ``progress`` callback after every batch:
     ``done`` of the user's ``total`` exchange vectors are rewritten (not yet committed)."""
 
@@ -193,7 +193,7 @@ class ReembedProgress(_Serializable):
 
 
 @dataclass(frozen=True)
-class ReembedReport(_Serializable):
+class ReembedReport(Serializable):
     """What ``Memory.reembed`` did.
 
     ``embedder`` is the new model as recorded (``NAME:DIM``), ``previous`` the one recorded
@@ -217,7 +217,7 @@ class ReembedReport(_Serializable):
 
 
 @dataclass(frozen=True)
-class ForgetReport(_Serializable):
+class ForgetReport(Serializable):
     """What ``Memory.forget_topic`` deletes (``applied``) or would delete (a preview).
 
     ``exchange_ids`` / ``seqs`` are exactly the exchanges filed under the node (every topic
@@ -241,7 +241,7 @@ class ForgetReport(_Serializable):
 
 
 @dataclass(frozen=True)
-class SkippedItem(_Serializable):
+class SkippedItem(Serializable):
     """An import item that was not stored: ``index`` (0-based, in the items given) repeats
     the stored exchange ``exchange_id``."""
 
@@ -250,7 +250,7 @@ class SkippedItem(_Serializable):
 
 
 @dataclass(frozen=True)
-class ImportReport(_Serializable):
+class ImportReport(Serializable):
     """What ``Memory.import_exchanges`` did: the exchanges stored now (``added``) and the
     items skipped because the memory already held them (``skipped``)."""
 

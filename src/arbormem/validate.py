@@ -27,8 +27,8 @@ from typing import Any
 
 from .config import Limits
 from .errors import ValidationError
-from .retrieve.render import message_text
-from .store.base import ExchangeFilter
+from .render import message_text
+from .store.base import MARKS_KEY, ExchangeFilter
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 MAX_ID = 256
@@ -37,9 +37,9 @@ MAX_NAME = 64
 MAX_INT = 2**63 - 1
 MIN_TIME = datetime(1, 1, 3, tzinfo=timezone.utc)
 MAX_TIME = datetime(9999, 12, 29, 23, 59, 59, 999999, tzinfo=timezone.utc)
-#: Metadata key the organiser keeps its marks under (store/base.py ``MARKS_KEY``); callers
-#: may not set it (a forged mark would render as "(superseded)" and steer recall).
-RESERVED_KEY = "_arbormem"
+#: Metadata key the organiser keeps its marks under; callers may not set it (a forged mark
+#: would render as "(superseded)" and steer recall).
+RESERVED_KEY = MARKS_KEY
 # Characters that end a line for str.splitlines() (and for a reader of the rendered context).
 _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 

@@ -10,7 +10,7 @@ from arbormem import Memory
 from arbormem.config import RecallSettings, Settings
 from arbormem.embed.testing import HashEmbedder
 from arbormem.eval.runner import count_tokens
-from arbormem.retrieve.render import render_exchange
+from arbormem.render import render_exchange
 from tests.conftest import chat
 
 HOBBIES = ["pottery", "climbing", "chess", "sailing", "baking", "cycling", "painting", "birdwatching"]

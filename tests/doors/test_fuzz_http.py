@@ -77,7 +77,7 @@ BODIES: dict[str, st.SearchStrategy[Any]] = {
     "POST /v1/users/{user_id}/changes/{change_id}/undo": st.none(),
     "POST /v1/users/{user_id}/consolidate": st.none(),
 }
-QUERIES = st.dictionaries(st.sampled_from(["limit", "after_seq", "status", "tier", "confirm", "expect_exchanges", "x"]),
+QUERIES = st.dictionaries(st.sampled_from(["limit", "after_seq", "status", "depth", "confirm", "expect_exchanges", "x"]),
                           st.one_of(st.integers(-5, 2000).map(str), st.sampled_from(["true", "1e3", "10" * 12, "",
                                                                                     "completed", "2", "false"]), nasty),
                           max_size=3)

@@ -67,7 +67,7 @@ def test_exchange_lifecycle_recall_tree_and_delete(live: LiveServer) -> None:
         leaf = next(t for t in topics if t["kind"] == "topic")
         t0 = c.get(f"/v1/users/alice/topics/{leaf['id']}").json()
         assert t0["topic"]["title"] == leaf["title"] and "exchanges" not in t0
-        t2 = c.get(f"/v1/users/alice/topics/{leaf['id']}", params={"tier": 2}).json()
+        t2 = c.get(f"/v1/users/alice/topics/{leaf['id']}", params={"depth": 2}).json()
         assert t2["detail"] and t2["detail_source"] == "extractive" and t2["exchanges"]
         tex = c.get(f"/v1/users/alice/topics/{leaf['id']}/exchanges").json()["exchanges"]
         assert {e["topic_id"] for e in tex} == {leaf["id"]} and len(tex) == leaf["size"]
@@ -191,8 +191,8 @@ def test_ids_of_another_user_are_not_found_through_own_routes(live: LiveServer, 
         assert c.post(f"/v1/users/alice/exchanges/{pending.id}/complete",
                       json={"assistant_text": "hijack"}).status_code == 404
         assert c.post(f"/v1/users/alice/exchanges/{pending.id}/fail", json={"reason": "x"}).status_code == 404
-        for tier in (0, 1, 2):
-            assert c.get(f"/v1/users/alice/topics/{carol_t}", params={"tier": tier}).status_code == 404
+        for depth in (0, 1, 2):
+            assert c.get(f"/v1/users/alice/topics/{carol_t}", params={"depth": depth}).status_code == 404
         assert c.get(f"/v1/users/alice/topics/{carol_t}/exchanges").status_code == 404
         q = {"query": "what is the secret code, and which instrument?"}
         texts = [c.post("/v1/users/alice/recall", json=q).text,

@@ -152,16 +152,16 @@ def test_langchain_tools(mem: Memory) -> None:
     assert set(tools) == {"get_memory_index", "read_memory_node", "search_memory"}
     assert all(isinstance(t, BaseTool) for t in tools.values())
     schema = convert_to_openai_tool(tools["read_memory_node"])["function"]
-    assert schema["parameters"]["required"] == ["node_id"] and "tier" in schema["parameters"]["properties"]
+    assert schema["parameters"]["required"] == ["node_id"] and "depth" in schema["parameters"]["properties"]
 
     index = tools["get_memory_index"].invoke({})
     assert index.startswith("Memory index") and "exchanges" in index
     leaf = next(t for t in mem.topics(user_id="alice") if t.kind == "topic")
     assert f"[{leaf.id}]" in index
-    tier0 = tools["read_memory_node"].invoke({"node_id": leaf.id})
-    assert leaf.title in tier0 and "summary:" in tier0 and "user:" not in tier0
-    tier2 = tools["read_memory_node"].invoke({"node_id": leaf.id, "tier": 2})
-    assert "detail (extractive)" in tier2 and "user:" in tier2
+    depth0 = tools["read_memory_node"].invoke({"node_id": leaf.id})
+    assert leaf.title in depth0 and "summary:" in depth0 and "user:" not in depth0
+    depth2 = tools["read_memory_node"].invoke({"node_id": leaf.id, "depth": 2})
+    assert "detail (extractive)" in depth2 and "user:" in depth2
     found = tools["search_memory"].invoke({"query": "chocolate cake", "limit": 2})
     assert found.startswith("1. [") and "chocolate cake" in found
 

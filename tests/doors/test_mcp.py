@@ -92,15 +92,15 @@ def test_tools_over_stdio(db: Path) -> None:
             assert ids
             leaf = ids[0]
             t0 = _data(await client.call_tool("read_topic", {"topic_id": leaf}))
-            assert t0["tier"] == 0 and t0["topic"]["title"] and "detail" not in t0
-            t1 = _data(await client.call_tool("read_topic", {"topic_id": leaf, "tier": 1}))
+            assert t0["depth"] == 0 and t0["topic"]["title"] and "detail" not in t0
+            t1 = _data(await client.call_tool("read_topic", {"topic_id": leaf, "depth": 1}))
             assert t1["detail"] and t1["detail_source"] == "extractive" and "exchanges" not in t1
-            t2 = _data(await client.call_tool("read_topic", {"topic_id": leaf, "tier": 2}))
+            t2 = _data(await client.call_tool("read_topic", {"topic_id": leaf, "depth": 2}))
             assert t2["exchanges"] and all(e["topic_id"] == leaf for e in t2["exchanges"])
-            assert "invalid_input" in _error(await client.call_tool("read_topic", {"topic_id": leaf, "tier": 7}))
+            assert "invalid_input" in _error(await client.call_tool("read_topic", {"topic_id": leaf, "depth": 7}))
 
             # Isolation: carol's ids are invisible to a server bound to alice.
-            assert "not_found" in _error(await client.call_tool("read_topic", {"topic_id": carol_t, "tier": 2}))
+            assert "not_found" in _error(await client.call_tool("read_topic", {"topic_id": carol_t, "depth": 2}))
             assert "not_found" in _error(await client.call_tool("list_topics", {"parent_id": carol_t}))
             assert "not_found" in _error(await client.call_tool("forget", {"exchange_id": carol_x}))
             assert "not_found" in _error(await client.call_tool("forget", {"topic_id": carol_t}))
@@ -177,7 +177,7 @@ def test_streamable_http_needs_a_token_for_its_user(db: Path, tmp_path: Path) ->
         proc.wait(10)
 
 
-def test_read_topic_tier1_uses_the_llm_when_configured(db: Path) -> None:
+def test_read_topic_depth1_uses_the_llm_when_configured(db: Path) -> None:
     from tests.support.openai_server import ScriptedOpenAIServer, answer_json
 
     with Memory(db, embedder="hash") as mem:
@@ -189,7 +189,7 @@ def test_read_topic_tier1_uses_the_llm_when_configured(db: Path) -> None:
 
         async def main() -> None:
             async with Client(params, read_timeout_seconds=60) as client:
-                t1 = _data(await client.call_tool("read_topic", {"topic_id": leaf, "tier": 1}))
+                t1 = _data(await client.call_tool("read_topic", {"topic_id": leaf, "depth": 1}))
                 assert t1["detail_source"] == "llm" and t1["detail"].startswith("Leo must avoid peanuts")
 
         anyio.run(main)

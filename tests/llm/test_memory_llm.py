@@ -126,7 +126,7 @@ def snapshot(mem: Memory, user_id: str = "u") -> Any:
     def node(t: Topic) -> Any:
         rec = mem.store.get_topic(t.id) if t.kind != "root" else None
         return (t.kind, t.title, t.keywords, t.summary, t.start_seq, t.end_seq, t.size, t.frozen,
-                rec.meta.get("label_source") if rec else None,
+                rec.meta.label_source if rec else None,
                 tuple(node(c) for c in t.children))
 
     return node(mem.tree(user_id=user_id))
@@ -136,7 +136,7 @@ def stored_texts(mem: Memory, user_id: str = "u") -> list[str]:
     out = []
     for t in mem.topics(user_id=user_id):
         rec = mem.store.get_topic(t.id)
-        out += [t.title, t.summary, *t.keywords, json.dumps(rec.meta if rec else {})]
+        out += [t.title, t.summary, *t.keywords, json.dumps(rec.meta.encode() if rec else {})]
     out += [e.text for e in mem.exchanges(user_id=user_id)]
     return out
 

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import datetime, timezone
 
 from arbormem.llm import LLMRunner, OpenAICompatibleLLM
 from arbormem.llm.prompts import TopicCard, Turn, sample_turns
 from arbormem.llm.roles import (
     Segmentation,
-    analyse_query,
     detail_topic,
     label_topic,
     label_topics,
     route,
     segment,
-    select_topics,
     stable_assignment,
     veto_merge,
 )
@@ -141,46 +139,6 @@ def test_stable_assignment_keeps_existing_ids() -> None:
 
 
 # -- selector -------------------------------------------------------------------------------------
-def test_selector_maps_handles_to_ids(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:
-    directory = cards(5)
-    server.script(answer_json({"needs_memory": True, "topic_ids": ["T3", "t1", "T3"], "needs_time": False}))
-    sel = select_topics(runner, "what did we decide?", turns(2), directory, limit=3)
-    assert sel is not None and sel.topic_ids == [directory[2].id, directory[0].id]
-    assert directory[0].id not in server.chat_requests[0].user_prompt  # handles, not long ids
-
-
-def test_selector_rejects_invented_topics_and_caps_the_directory(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:
-    server.script(answer_json({"needs_memory": True, "topic_ids": ["T99"]}))
-    assert select_topics(runner, "q", [], cards(200), max_directory=30) is None
-    prompt = server.chat_requests[0].user_prompt
-    assert "T30:" in prompt and "T31:" not in prompt
-
-
-def test_selector_limit(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:
-    server.script(answer_json({"needs_memory": True, "topic_ids": ["T1", "T2", "T3", "T4"]}))
-    sel = select_topics(runner, "q", [], cards(5), limit=2)
-    assert sel is not None and len(sel.topic_ids) == 2
-    assert "at most 2 topics" in server.chat_requests[0].system_prompt
-
-
-# -- query analyser -------------------------------------------------------------------------------
-def test_query_analysis(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:
-    server.script(
-        answer_json({"semantic_query": "Kyoto trip hotel booking", "intent": "event",
-                     "time_range": {"start": "2024-05-06", "end": "2024-05-12"}}),
-        answer_json({"semantic_query": "x", "intent": "event", "time_range": {"start": "2024-05-12", "end": "2024-05-06"}}),
-        answer_json({"semantic_query": "x", "intent": "event", "time_range": {"start": "1492-01-01", "end": "1492-02-01"}}),
-        answer_json({"semantic_query": "x", "intent": "gossip"}),
-    )
-    q = analyse_query(runner, "what hotel did I book last week?", NOW)
-    assert q is not None and q.intent == "event"
-    assert q.time_range is not None and q.time_range.start == date(2024, 5, 6)
-    assert "2024-05-15 (Wednesday)" in server.chat_requests[0].user_prompt
-    for _ in range(3):
-        assert analyse_query(runner, "what hotel did I book last week?", NOW) is None
-
-
-# -- veto -----------------------------------------------------------------------------------------
 def test_veto(server: ScriptedOpenAIServer, runner: LLMRunner) -> None:
     a, b = cards(2)
     server.script(answer_json({"same_topic": False, "reason": "different subjects"}), answer_json({"same_topic": "maybe"}))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arbormem.llm.roles import QueryAnalysis, TopicLabel
+from arbormem.llm.roles import QueryPlan, TopicLabel
 from arbormem.llm.validate import InvalidOutput, extract_json_objects, parse_reply
 
 GOOD = {"title": "Sourdough starter", "keywords": ["flour", "hydration"], "summary": "Feeding a starter."}
@@ -73,7 +73,7 @@ def test_extra_keys_are_ignored_but_lists_are_cleaned() -> None:
 
 
 def test_blank_optional_field_means_null() -> None:
-    q = parse_reply('{"semantic_query": "trip to Kyoto", "intent": "event", "time_range": ""}', QueryAnalysis)
+    q = parse_reply('{"semantic_query": "trip to Kyoto", "intent": "event", "time_range": ""}', QueryPlan)
     assert q.time_range is None and q.intent == "event"
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from arbormem import Memory
-from arbormem.organize.consolidate import ALIASES, PART_TEXT, alias_id, alias_owner, is_alias
+from arbormem.organize.aliases import alias_id, alias_owner, is_alias
 from arbormem.text import terms
 from tests.conftest import chat
 from tests.support.subjects import SUBJECTS, T0
@@ -78,17 +78,17 @@ def check_tree(mem: Memory, uid: str) -> dict[str, int]:
             assert r.start_seq == min(recs[c].start_seq for c in ch)
         limit = mem.settings.tree.root_children if r.kind == "root" else mem.settings.tree.max_children
         assert len(kids.get(r.id, [])) <= limit
-        for other in r.meta.get("links", []):
+        for other in r.meta.links:
             assert other in recs, f"dangling link {r.id} -> {other}"
-            assert r.id in recs[other].meta.get("links", []), "links must be both ways"
+            assert r.id in recs[other].meta.links, "links must be both ways"
     assert root.size == len(completed)
     # Topics sit at the depth their subject needs (docs/tree.md), no longer all at one depth.
     # Every topic and theme is in both indexes, and nothing else is but the aliases of merged
     # topics' parts, exactly those their topics list.
     nodes = [r for r in recs.values() if r.kind != "root"]
-    aliases = {alias_id(r.id, p) for r in recs.values() for p in r.meta.get(ALIASES, [])}
+    aliases = {alias_id(r.id, p) for r in recs.values() for p in r.meta.aliases}
     assert all(recs[alias_owner(a)].kind == "topic" for a in aliases), "only leaves have parts"
-    assert all(set(r.meta.get(PART_TEXT, {})) <= set(r.meta.get(ALIASES, [])) for r in recs.values())
+    assert all(set(r.meta.part_text) <= set(r.meta.aliases) for r in recs.values())
     indexed = {i for i, _ in store.vector_search(uid, "topic", nodes[0].centroid(), len(nodes) + len(aliases) + 50)}
     assert {i for i in indexed if is_alias(i)} == aliases, "alias entries differ from the parts listed"
     assert indexed - aliases <= {r.id for r in nodes}, "a removed topic is still in the vector index"

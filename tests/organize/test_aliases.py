@@ -14,16 +14,10 @@ import pytest
 from arbormem import Memory
 from arbormem.check import check
 from arbormem.embed.testing import HashEmbedder
-from arbormem.organize.consolidate import (
-    ALIASES,
-    LINK_WEIGHT,
-    PART_TEXT,
-    ConsolidationOptions,
-    Thresholds,
-    alias_id,
-    is_alias,
-    resolve_topic_hits,
-)
+from arbormem.organize.aliases import alias_id, is_alias, resolve_topic_hits
+from arbormem.organize.consolidate import ConsolidationOptions
+from arbormem.organize.recall_hooks import LINK_WEIGHT
+from arbormem.organize.thresholds import Thresholds
 from arbormem.text import terms
 from tests.conftest import chat
 
@@ -93,7 +87,7 @@ def test_merged_topic_scores_as_its_best_part(tmp_path: Path, minilm) -> None:
     merge = next(c for c in mem.store.list_changes("u") if c.action == "merge")
     assert report.merged == 1 and (merge.detail["survivor"], merge.target_id) == (career, sleep)
     survivor = mem.store.get_topic(career)
-    assert survivor is not None and sorted(survivor.meta[ALIASES]) == sorted([career, sleep])
+    assert survivor is not None and sorted(survivor.meta.aliases) == sorted([career, sleep])
     check_tree(mem, "u")
 
     # The merged centroid alone scores lower for the sleep question than the sleep topic did:
@@ -107,7 +101,7 @@ def test_merged_topic_scores_as_its_best_part(tmp_path: Path, minilm) -> None:
     assert sleep not in dict(after), "the absorbed id is never returned, only its survivor"
     # The lexical side: the survivor's text entry carries each part's pre-merge labels, so
     # every word the sleep topic was found by still finds the merged topic.
-    assert sorted(survivor.meta[PART_TEXT]) == sorted([career, sleep])
+    assert sorted(survivor.meta.part_text) == sorted([career, sleep])
     for word in {*terms(sleep_labels.title), *sleep_labels.keywords, *terms(sleep_labels.summary)}:
         assert career in [i for i, _ in mem.store.text_search("u", "topic", [word], 1000)], word
     # Recall still finds the absorbed part's answer at the same small budget, and the topic
@@ -128,7 +122,7 @@ def test_undo_removes_the_alias(tmp_path: Path, minilm) -> None:
     assert not mem.store.get_vectors("u", "topic", [alias_id(career, career), alias_id(career, sleep)])
     for tid in (career, sleep):
         rec = mem.store.get_topic(tid)
-        assert rec is not None and ALIASES not in rec.meta and PART_TEXT not in rec.meta
+        assert rec is not None and not rec.meta.aliases and not rec.meta.part_text
     check_tree(mem, "u")
     assert check(mem).ok
     # The restored topic answers for itself again.
@@ -151,8 +145,8 @@ def test_aliases_follow_chains_of_merges_undo_and_deletion(db_path: Path) -> Non
     absorbed_survivors = {c.detail["absorbed"]["id"] for c in merges} & {c.detail["survivor"] for c in merges}
     assert absorbed_survivors
     leaves = [r for r in mem.store.list_topics("u") if r.kind == "topic"]
-    merged = [r for r in leaves if r.meta.get(ALIASES)]
-    assert any(len(r.meta[ALIASES]) > 2 for r in merged), "a chain a <- b <- c keeps all three parts"
+    merged = [r for r in leaves if r.meta.aliases]
+    assert any(len(r.meta.aliases) > 2 for r in merged), "a chain a <- b <- c keeps all three parts"
 
     # Deleting an exchange of a merged topic drops its aliases (a part's centroid would still
     # carry the deleted text's vector); the topic then scores by its own centroid.
@@ -162,7 +156,7 @@ def test_aliases_follow_chains_of_merges_undo_and_deletion(db_path: Path) -> Non
     ex = mem.store.list_exchanges("u", topic_id=victim.id)[1]
     mem.delete(ex.id)
     after = mem.store.get_topic(victim.id)
-    assert after is not None and ALIASES not in after.meta and PART_TEXT not in after.meta
+    assert after is not None and not after.meta.aliases and not after.meta.part_text
     assert not [i for i, _ in mem.store.vector_search("u", "topic", after.centroid(), 10_000)
                 if is_alias(i) and i.startswith(victim.id)]
     check_tree(mem, "u")
@@ -224,8 +218,8 @@ def test_recall_follows_a_link_within_the_budget(db_path: Path, monkeypatch: pyt
                                 max_links=20, archive=False, dedup=False, supersede=False)
     mem.consolidate("u", options=opts)
     linked = mem.store.get_topic(alice.topic_id)  # type: ignore[arg-type]
-    assert linked is not None and linked.meta.get("links")
-    assert not mem.store.get_topic(bruno.topic_id).meta.get("links")  # type: ignore[arg-type,union-attr]
+    assert linked is not None and linked.meta.links
+    assert not mem.store.get_topic(bruno.topic_id).meta.links  # type: ignore[arg-type,union-attr]
     after = scores()
     # Alice's turn rises by the link's share of topic relevance; an unlinked turn does not move.
     assert after[alice.id] > before[alice.id] + 0.5 * LINK_WEIGHT * 0.5

@@ -10,17 +10,11 @@ import pytest
 from arbormem import Memory
 from arbormem.embed.testing import HashEmbedder
 from arbormem.errors import ConfigError, StateError
-from arbormem.organize.consolidate import (
-    ALIASES,
-    ConsolidationOptions,
-    Thresholds,
-    alias_id,
-    is_trivial,
-    marks,
-    near_duplicate_text,
-    resolve_topic_hits,
-    thresholds_for,
-)
+from arbormem.organize.aliases import alias_id, resolve_topic_hits
+from arbormem.organize.consolidate import ConsolidationOptions
+from arbormem.organize.heuristics import is_trivial, near_duplicate_text
+from arbormem.organize.thresholds import Thresholds, thresholds_for
+from arbormem.store.state import ExchangeMarks
 from tests.conftest import chat
 
 from .conftest import T0, check_tree, fragmented
@@ -79,7 +73,7 @@ def test_open_topic_is_never_merged(db_path: Path) -> None:
     mem.add_many(filler + [{"messages": chat(f"{text} {i}", text), "session_id": f"s{i}"} for i in range(3)],
                  user_id="u")
     root = mem.store.list_topics("u", parent_id=None)[0]
-    current = root.meta["current"]
+    current = root.meta.current
     report = mem.consolidate("u", options=ConsolidationOptions(thresholds=Thresholds(0.1, 0.05, 0.95, 0.3, 0.95)))
     assert mem.store.get_topic(current) is not None
     merges = [c for c in mem.store.list_changes("u") if c.action == "merge"]
@@ -199,7 +193,7 @@ def test_duplicates_are_linked_not_deleted(db_path: Path) -> None:
     assert report.deduplicated == 1
     exs = mem.exchanges(user_id="u")
     assert len(exs) == 3 and exs[2].user_text == text.upper()
-    assert marks(exs[2])["duplicate_of"] == exs[0].id and exs[2].archived and not exs[0].archived
+    assert ExchangeMarks.of(exs[2].metadata).duplicate_of == exs[0].id and exs[2].archived and not exs[0].archived
     r = mem.recall("When is the Kyoto ryokan booked?", user_id="u", max_tokens=300, recent=0)
     assert text in r.text and text.upper() not in r.text
     mem.close()
@@ -218,7 +212,8 @@ def test_supersession_prefers_and_marks_the_newer_fact(db_path: Path) -> None:
     report = mem.consolidate("u")
     assert report.superseded == 1
     exs = mem.exchanges(user_id="u")
-    assert marks(exs[0])["superseded_by"] == exs[-1].id and marks(exs[-1])["supersedes"] == [exs[0].id]
+    assert ExchangeMarks.of(exs[0].metadata).superseded_by == exs[-1].id
+    assert ExchangeMarks.of(exs[-1].metadata).supersedes == (exs[0].id,)
     r = mem.recall("Can Sarah eat nuts?", user_id="u", max_tokens=400, recent=0)
     assert "(update) user: Actually, Sarah can eat nuts now" in r.text
     assert r.text.index("(superseded)") >= 0
@@ -226,7 +221,8 @@ def test_supersession_prefers_and_marks_the_newer_fact(db_path: Path) -> None:
     assert r.trace.exchange_scores[exs[-1].id] > r.trace.exchange_scores[exs[0].id]
     change = next(c for c in mem.history(exs[0].id, user_id="u") if c.action == "supersede")
     mem.undo(change.id)
-    assert "superseded_by" not in marks(mem.get(exs[0].id)) and "supersedes" not in marks(mem.get(exs[-1].id))
+    assert ExchangeMarks.of(mem.get(exs[0].id).metadata).superseded_by is None
+    assert not ExchangeMarks.of(mem.get(exs[-1].id).metadata).supersedes
     mem.close()
 
 
@@ -236,10 +232,10 @@ def test_links_are_symmetric_bounded_and_survive_merges(db_path: Path) -> None:
     report = mem.consolidate("u")
     mem.consolidate("u")
     check_tree(mem, "u")  # symmetric, no dangling link after the merges of the second run
-    links = [len(r.meta.get("links", [])) for r in mem.store.list_topics("u")]
+    links = [len(r.meta.links) for r in mem.store.list_topics("u")]
     assert report.linked > 0 and max(links) <= ConsolidationOptions().max_links
-    t = next(r for r in mem.store.list_topics("u") if r.meta.get("links"))
-    assert mem.read(t.id, user_id="u").links == tuple(t.meta["links"])
+    t = next(r for r in mem.store.list_topics("u") if r.meta.links)
+    assert mem.read(t.id, user_id="u").links == tuple(t.meta.links)
     mem.close()
 
 
@@ -265,7 +261,7 @@ def test_read_tiers_and_pinned_topics(db_path: Path) -> None:
     r0, r1, r2 = (mem.read(tid, user_id="u", depth=d) for d in (0, 1, 2))
     assert r0.depth == 0 and r0.topic.id == tid and r0.text
     assert r1.source == "extractive" and "O negative" in r1.text
-    assert mem.store.get_topic(tid).meta["detail_x"] == r1.text  # cached
+    assert mem.store.get_topic(tid).meta.detail_x == r1.text  # cached
     assert r2.exchanges[0].id == blood.id and "O negative" in r2.text
     q = "what about the piano metronome practice?"
     assert "O negative" not in mem.recall(q, user_id="u", max_tokens=600).text
@@ -299,15 +295,15 @@ def test_consolidation_and_undo_on_postgresql(pg_database: str) -> None:
     report = mem.consolidate("u")
     assert report.merged > 0
     check_tree(mem, "u")  # alias entries of merged topics (pgvector rows) match the parts listed
-    merged = next(r for r in mem.store.list_topics("u") if r.meta.get(ALIASES))
-    part = merged.meta[ALIASES][-1]
+    merged = next(r for r in mem.store.list_topics("u") if r.meta.aliases)
+    part = merged.meta.aliases[-1]
     hits = mem.store.vector_search("u", "topic", mem.store.get_vectors("u", "topic", [alias_id(merged.id, part)])[
         alias_id(merged.id, part)], 5)
     assert resolve_topic_hits(hits)[0][0] == merged.id
     for c in [c for c in mem.store.list_changes("u", limit=1000) if c.action == "merge"]:
         mem.undo(c.id, user_id="u")
     check_tree(mem, "u")
-    assert not any(r.meta.get(ALIASES) for r in mem.store.list_topics("u"))
+    assert not any(r.meta.aliases for r in mem.store.list_topics("u"))
     assert {t.id: t.size for t in mem.topics(user_id="u") if t.kind == "topic"} == before
     mem.close()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from arbormem import Memory
 from arbormem.embed.testing import HashEmbedder
-from arbormem.organize.consolidate import marks
+from arbormem.store.state import ExchangeMarks
 from tests.conftest import chat
 
 from .conftest import T0, check_tree, fragmented
@@ -46,8 +46,9 @@ def test_memory_overwrite_with_minilm(tmp_path: Path, minilm) -> None:
     ], user_id="u")
     report = mem.consolidate("u")
     exs = mem.exchanges(user_id="u")
-    assert report.superseded == 1 and marks(exs[0])["superseded_by"] == exs[3].id
-    assert "superseded_by" not in marks(exs[1]) and "superseded_by" not in marks(exs[2])
+    assert report.superseded == 1 and ExchangeMarks.of(exs[0].metadata).superseded_by == exs[3].id
+    assert ExchangeMarks.of(exs[1].metadata).superseded_by is None
+    assert ExchangeMarks.of(exs[2].metadata).superseded_by is None
     r = mem.recall("Can Sarah have nuts?", user_id="u", max_tokens=300, recent=0)
     assert "(update)" in r.text and "(superseded)" in r.text
     assert r.text.index("(update)") > r.text.index("(superseded)")  # time order, both present

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbormem.retrieve.render import CLOSE, OPEN
+from arbormem.render import CLOSE, OPEN
 
 from .conftest import open_memory, turn
 

@@ -16,6 +16,7 @@ import pytest
 from arbormem.errors import StoreError
 from arbormem.models import Exchange
 from arbormem.store.base import Store, TopicRecord
+from arbormem.store.state import TopicMeta
 
 T0 = datetime(2026, 3, 1, 9, 30, 15, 123456, tzinfo=timezone.utc)
 
@@ -173,7 +174,7 @@ def test_topic_roundtrip_and_upsert(store: Store) -> None:
     rec = topic("u", "t1", None, title="Travel", keywords=["japan", "rail"], summary="trips",
                 start_seq=1, end_seq=4, size=4, first_at=T0, last_at=T0 + timedelta(days=1),
                 frozen=True, vec_sum=np.array([0.5, -1.25, 3.0], dtype=np.float32),
-                terms={"japan": 3, "rail": 1}, created_seq=1, meta={"v": [1, 2]})
+                terms={"japan": 3, "rail": 1}, created_seq=1, meta=TopicMeta(links=["t2"], extra={"v": [1, 2]}))
     store.put_topic(rec)
     got = store.get_topic("t1")
     assert got is not None

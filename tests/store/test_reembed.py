@@ -24,9 +24,10 @@ from arbormem import ConfigError, EmbeddingError, Memory
 from arbormem.check import check
 from arbormem.embed import Embedder
 from arbormem.embed.testing import BrokenEmbedder, HashEmbedder
-from arbormem.memory import REEMBED_KEY
 from arbormem.models import ReembedProgress
-from arbormem.organize.consolidate import ALIASES, ConsolidationOptions, alias_id
+from arbormem.organize.aliases import alias_id
+from arbormem.organize.consolidate import ConsolidationOptions
+from arbormem.reembed import REEMBED_KEY
 from arbormem.store.base import Store
 from arbormem.store.sqlite import SQLiteStore
 from tests.conftest import chat
@@ -73,7 +74,7 @@ def build(mem: Memory) -> str:
 
 
 def aliases(store: Store, uid: str) -> set[str]:
-    return {alias_id(t.id, p) for t in store.list_topics(uid) for p in t.meta.get(ALIASES, [])}
+    return {alias_id(t.id, p) for t in store.list_topics(uid) for p in t.meta.aliases}
 
 
 def vector_rows(store: Store, uid: str) -> dict[tuple[str, str], np.ndarray]:

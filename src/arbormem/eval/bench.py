@@ -29,13 +29,13 @@ import numpy as np
 
 from .. import validate
 from ..errors import ConfigError
-from ..models import _Serializable
+from ..models import Serializable
 
 WORKLOADS = ("synthetic", "locomo")
 
 
 @dataclass(frozen=True)
-class BenchConfig(_Serializable):
+class BenchConfig(Serializable):
     """One bench run at one size (picklable, so it can run in a child process)."""
 
     size: int
@@ -56,7 +56,7 @@ class BenchConfig(_Serializable):
 
 
 @dataclass(frozen=True)
-class BenchResult(_Serializable):
+class BenchResult(Serializable):
     """Measured figures of one size. Throughputs in exchanges (texts) per second, times in ms."""
 
     size: int
@@ -82,7 +82,7 @@ class BenchResult(_Serializable):
 
 
 @dataclass(frozen=True)
-class BenchReport(_Serializable):
+class BenchReport(Serializable):
     results: tuple[BenchResult, ...]
     machine: str
     date: str

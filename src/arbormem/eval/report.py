@@ -41,6 +41,7 @@ def _pyplot() -> Any:
     return plt
 
 
+# Long: a linear report, section by section, as it reads in BENCHMARKS.md.
 def locomo_markdown(rep: LocomoReport) -> str:
     """The LoCoMo report: recall by budget for every system, arbormem's lead, per category,
     the relevance floor's cost and the null-question check."""

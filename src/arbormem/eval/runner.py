@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..models import _Serializable
+from ..models import Serializable
 from .baselines import FlatIndex, pack
 from .locomo import CATEGORIES, SCORED_CATEGORIES, Conversation, Question, Unit
 
@@ -79,7 +79,7 @@ def render_unit(unit: Unit) -> str:
 
 
 @dataclass(frozen=True)
-class QuestionResult(_Serializable):
+class QuestionResult(Serializable):
     """One system's answer to one question at one budget."""
 
     conversation: str
@@ -97,7 +97,7 @@ class QuestionResult(_Serializable):
 
 
 @dataclass(frozen=True)
-class Score(_Serializable):
+class Score(Serializable):
     """Mean evidence recall of one system at one budget (``category=None``: all of 1-4)."""
 
     system: str
@@ -111,7 +111,7 @@ class Score(_Serializable):
 
 
 @dataclass(frozen=True)
-class NullScore(_Serializable):
+class NullScore(Serializable):
     """Questions a memory cannot answer (each conversation's memory asked the other
     conversations' questions), at one budget, floor on (the default) or off."""
 
@@ -124,7 +124,7 @@ class NullScore(_Serializable):
 
 
 @dataclass(frozen=True)
-class LocomoReport(_Serializable):
+class LocomoReport(Serializable):
     """Everything one ``arbormem eval locomo`` run measured."""
 
     files: tuple[str, ...]
@@ -296,6 +296,7 @@ def _aggregate(results: Sequence[QuestionResult], systems: Sequence[str], budget
     return scores
 
 
+# Long: the evaluation protocol in order (ingest, ask, score, baselines), one step each.
 def run_locomo(
     mem: Memory,
     conversations: Sequence[Conversation],

@@ -53,8 +53,9 @@ import numpy as np
 
 from ..embed.base import Embedder
 from ..errors import ConfigError
-from ..models import Exchange, _Serializable
+from ..models import Exchange, Serializable
 from ..store.base import Store, TopicRecord
+from ..store.state import TopicMeta
 from .bench import _ASSIST_T, _NAMES, _USER_T, _db_bytes, _pcts
 
 STORES = ("sqlite", "postgres")
@@ -247,7 +248,7 @@ def build_tree(h: History, vecs: np.ndarray, counts: list[Counter[str]], df: dic
             id=new_id("t"), user_id=user_id, kind="topic", parent_id=None, summary="",
             start_seq=lo + 1, end_seq=hi, size=hi - lo, first_at=h.times[lo], last_at=h.times[hi - 1],
             frozen=True, vec_sum=vsum, terms=prune_counts(acc, LEAF_TERMS), created_seq=lo + 1,
-            meta={"session": h.sessions[lo]},
+            meta=TopicMeta(session=h.sessions[lo]),
         )
         rec.keywords = top_terms(rec.terms, df, n, KEYWORDS)
         rec.title = make_title(rec.keywords)
@@ -295,7 +296,7 @@ def build_tree(h: History, vecs: np.ndarray, counts: list[Counter[str]], df: dic
     root = TopicRecord(
         id=new_id("r"), user_id=user_id, kind="root", parent_id=None, start_seq=1, end_seq=n, size=n,
         first_at=h.times[0], last_at=h.times[-1], vec_sum=sums.sum(axis=0).astype(np.float32),
-        meta={"current": last.id},
+        meta=TopicMeta(current=last.id),
     )
     for t in level:
         t.parent_id = root.id
@@ -305,7 +306,7 @@ def build_tree(h: History, vecs: np.ndarray, counts: list[Counter[str]], df: dic
 # -- loading ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class LoadStats(_Serializable):
+class LoadStats(Serializable):
     exchanges: int
     topics: int
     subjects: int
@@ -460,7 +461,7 @@ def _copy_pg_topics(store: Any, nodes: list[TopicRecord], user_id: str) -> None:
                 vec = r.vec_sum.astype(np.float32).tobytes() if r.vec_sum is not None else None
                 cp.write_row((r.id, user_id, r.kind, r.parent_id, r.title, js(list(r.keywords)), r.summary,
                               r.start_seq, r.end_seq, r.size, r.first_at, r.last_at, r.frozen, vec,
-                              js(dict(r.terms)), r.created_seq, js(dict(r.meta))))
+                              js(dict(r.terms)), r.created_seq, js(r.meta.encode())))
         with cur.copy("COPY arbormem_text (kind, item_id, user_id, body, tsv, doclen) FROM STDIN") as cp:
             for r in inner:
                 body = topic_index_text(r)
@@ -498,7 +499,7 @@ def _build_pg_index(store: Any, user_id: str, last_id: str, last_vec: np.ndarray
 # -- measuring --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class ScaleConfig(_Serializable):
+class ScaleConfig(Serializable):
     """One (store, size) run; picklable so it runs in a fresh process."""
 
     size: int
@@ -515,7 +516,7 @@ class ScaleConfig(_Serializable):
 
 
 @dataclass(frozen=True)
-class ScaleResult(_Serializable):
+class ScaleResult(Serializable):
     """Figures of one (store, size). Times in ms unless named ``_s``."""
 
     store: str
@@ -540,7 +541,7 @@ class ScaleResult(_Serializable):
 
 
 @dataclass(frozen=True)
-class ScaleReport(_Serializable):
+class ScaleReport(Serializable):
     results: tuple[ScaleResult, ...]
     machine: str
     date: str

@@ -4,7 +4,7 @@
 
 - ``get_memory_index(offset)`` - the topic tree as an indented outline (id, title, size,
   dates, keywords): what the memory holds, in pages of at most ~1500 tokens;
-- ``read_memory_node(node_id, tier)`` - one topic: tier 0 summary, 1 detailed summary
+- ``read_memory_node(node_id, depth)`` - one topic: depth 0 summary, 1 detailed summary
   (the LLM's when configured, else extractive), 2 the verbatim exchanges;
 - ``search_memory(query, limit)`` - ranked exchanges with their topic paths.
 
@@ -70,13 +70,13 @@ def memory_index(memory: Memory, user_id: str, *, offset: int = 0, max_tokens: i
     return head + "\n" + "\n".join(page) + more
 
 
-def read_node(memory: Memory, user_id: str, node_id: str, tier: int = 0) -> str:
-    """One node at a tier, as text."""
-    data = views.read_topic(memory, user_id, node_id, tier)
+def read_node(memory: Memory, user_id: str, node_id: str, depth: int = 0) -> str:
+    """One node at a depth, as text."""
+    data = views.read_topic(memory, user_id, node_id, depth)
     t = data["topic"]
     out = [f"{' › '.join(t['path'])} [{t['id']}] ({t['kind']}, {t['size']} exchanges)",
            f"keywords: {', '.join(t['keywords'])}", f"summary: {t['summary']}"]
-    if tier >= 1:
+    if depth >= 1:
         out.append(f"detail ({data['detail_source']}):\n{data['detail']}")
     for ex in data.get("exchanges", []):
         out.append(f"--- #{ex['seq']} {ex['user_at'][:10]}\nuser: {ex['user_text']}"
@@ -111,8 +111,8 @@ def memory_tools(memory: Memory, user_id: str) -> list[StructuredTool]:
     def get_memory_index(offset: int = 0) -> str:
         return memory_index(memory, uid, offset=offset)
 
-    def read_memory_node(node_id: str, tier: int = 0) -> str:
-        return read_node(memory, uid, node_id, tier)
+    def read_memory_node(node_id: str, depth: int = 0) -> str:
+        return read_node(memory, uid, node_id, depth)
 
     def search_memory(query: str, limit: int = 5) -> str:
         return search_text(memory, uid, query, limit)
@@ -127,8 +127,8 @@ def memory_tools(memory: Memory, user_id: str) -> list[StructuredTool]:
                         "read_memory_node."),
         StructuredTool.from_function(
             safe(read_memory_node), name="read_memory_node",
-            args_schema=_schema("read_memory_node", node_id=(str, ...), tier=(int, 0)),
-            description="Read one memory node by id. tier 0 = summary, 1 = detailed summary, "
+            args_schema=_schema("read_memory_node", node_id=(str, ...), depth=(int, 0)),
+            description="Read one memory node by id. depth 0 = summary, 1 = detailed summary, "
                         "2 = the verbatim exchanges."),
         StructuredTool.from_function(
             safe(search_memory), name="search_memory",

@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..memory import Memory
 from ..models import Exchange, Recall
-from ..retrieve.render import message_text
+from ..render import message_text
 from ..validate import ROLES
 from ..validate import session_id as check_session
 from ..validate import user_id as check_user

@@ -169,7 +169,7 @@ def label_batch_messages(
     return _msgs(LABEL_BATCH_SYSTEM, _data("\n\n".join(blocks)))
 
 
-# -- detailed summary (tier 2, lazily made and cached by the caller) ---------------------------
+# -- detailed summary (depth 1, lazily made and cached by the caller) ---------------------------
 DETAIL_SYSTEM = f"""You write the detailed summary of one topic of a conversation between a user and an assistant.
 Return a JSON object with one key:
 - "detail": 3 to 8 sentences that keep every concrete fact, number, name, date, decision and preference stated in the topic, in the order they came up.
@@ -237,52 +237,13 @@ def segment_messages(turns: Sequence[Turn], budget: Budget, *, per_side: int = 1
     return _msgs(SEGMENT_SYSTEM, _data(render_turns(turns, budget, per_side)))
 
 
-# -- selector ---------------------------------------------------------------------------------
-SELECT_SYSTEM = f"""You choose which stored topics of past conversations a memory system should open to answer the user's new message.
-You get the new message, a few recent exchanges and a directory of candidate topics (handle, title, keywords, time, summary).
-Return a JSON object with these keys:
-- "needs_memory": true if anything from past topics could help answer the new message, else false.
-- "topic_ids": the handles of at most {{limit}} topics to open, most useful first (an empty list if none).
-- "needs_time": true if dates or times of past exchanges matter for the answer.
-{_DATA}
-{_JSON}"""
-
-
-def select_messages(
-    query: str,
-    recent: Sequence[Turn],
-    directory: Sequence[tuple[str, TopicCard]],
-    budget: Budget,
-    *,
-    limit: int,
-    per_side: int = 80,
-) -> list[ChatMessage]:
-    cards = "\n".join(render_card(card, budget, handle) for handle, card in directory)
-    body = (
-        f"new message: {budget.cut(query, 200)}\n"
-        + _data("recent exchanges:\n" + (render_turns(recent, budget, per_side) or "(none)"))
-        + f"\ndirectory:\n{cards or '(empty)'}"
-    )
-    return _msgs(SELECT_SYSTEM.replace("{limit}", str(limit)), body)
-
-
-# -- query analyser ---------------------------------------------------------------------------
+# -- query keys (the planner's) ---------------------------------------------------------------------------
 _QUERY_KEYS = """- "semantic_query": the message rewritten as a short, self-contained search query (resolve "it", "that", relative references), in the message's language.
 - "intent": one of "fact" (a specific detail), "event" (something that happened), "preference" (what the user likes or wants), "overview" (a summary of a subject), "recent" (what was just discussed), "none" (no memory needed).
 - "time_range": null, or an object {"start": "YYYY-MM-DD", "end": "YYYY-MM-DD"} when the message refers to a period ("last week", "in March"), computed from the current date."""
 
-QUERY_SYSTEM = f"""You analyse a user's new message for a memory search over their past conversations.
-Return a JSON object with these keys:
-{_QUERY_KEYS}
-{_JSON}"""
-
-
 def _now_line(now: datetime) -> str:
     return f"current date: {now.strftime('%Y-%m-%d')} ({now.strftime('%A')}), time {now.strftime('%H:%M')}"
-
-
-def query_messages(query: str, now: datetime, budget: Budget) -> list[ChatMessage]:
-    return _msgs(QUERY_SYSTEM, f"{_now_line(now)}\nnew message: {budget.cut(query, 300)}")
 
 
 # -- recall planner: query analysis + selection in ONE call ----------------------------------
@@ -351,8 +312,6 @@ __all__ = [
     "detail_messages",
     "route_messages",
     "segment_messages",
-    "select_messages",
-    "query_messages",
     "plan_messages",
     "veto_messages",
 ]

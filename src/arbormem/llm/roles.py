@@ -7,13 +7,13 @@ reason is in ``runner.log()``.
 Roles (and the seed they come from):
 - ``label_topic``     titler/summariser: title, keywords, retrieval terms, trigger, summary
                       of a frozen topic (TRACE summaries, CoMeT trigger, Topic Memory terms).
-- ``detail_topic``    the lazy detailed summary, tier 2 (CoMeT); the caller caches it.
+- ``detail_topic``    the lazy detailed summary, depth 1 (CoMeT); the caller caches it.
 - ``route``           continue the current topic or open a new one under which ancestor
                       (TRACE's classifier).
 - ``segment``         Topic Memory's worker over the open tail, with open/provisional/
                       finalized spans; bounded input, validated coverage.
-- ``select_topics``   picks up to N topics from a bounded directory (Topic Memory selector).
-- ``analyse_query``   semantic query, intent, time range (CoMeT, LongMemEval).
+- the recall planner (``retrieve/llm_plan.py``) analyses the query and selects topics in one
+  call (CoMeT, LongMemEval, Topic Memory's selector), over ``QueryPlan`` and ``handles``.
 - ``veto_merge``      confirms or rejects a proposed merge (TRACE axiom 4), neutral prompt.
 """
 
@@ -211,7 +211,7 @@ class DetailedSummary(_Schema):
 
 
 def detail_topic(runner: LLMRunner, title: str, turns: Sequence[Turn], budget: Budget | None = None) -> DetailedSummary | None:
-    """The tier-2 detailed summary (3-8 sentences). Callers cache it; it is made on demand."""
+    """The depth-1 detailed summary (3-8 sentences). Callers cache it; it is made on demand."""
     if not turns:
         return None
     msgs = prompts.detail_messages(title, turns, budget or Budget())
@@ -384,13 +384,7 @@ def stable_assignment(
     return out
 
 
-# -- selector -----------------------------------------------------------------------------------
-class Selection(_Schema):
-    needs_memory: bool
-    topic_ids: list[str] = Field(default_factory=list)
-    needs_time: bool = False
-
-
+# -- topic handles (the planner's directory) ------------------------------------------------------
 def handles(directory: Sequence[TopicCard]) -> list[tuple[str, TopicCard]]:
     """Short handles (T1, T2, ...) for directory entries: models copy them more reliably
     than long ids, and an invented handle is easy to detect."""
@@ -410,34 +404,7 @@ def resolve_handles(ids: Sequence[str], table: Sequence[tuple[str, TopicCard]], 
     return out[:limit]
 
 
-def select_topics(
-    runner: LLMRunner,
-    query: str,
-    recent: Sequence[Turn],
-    directory: Sequence[TopicCard],
-    *,
-    limit: int = 3,
-    max_directory: int = 30,
-    budget: Budget | None = None,
-) -> Selection | None:
-    """Up to ``limit`` topic ids from a directory of at most ``max_directory`` entries.
-
-    The caller pre-filters the directory with the hybrid search; the cap makes sure the
-    prompt does not grow with the number of topics even if it does not.
-    """
-    table = handles(list(directory)[:max_directory])
-    if not table:
-        return None
-    msgs = prompts.select_messages(query, list(recent)[-3:], table, budget or Budget(), limit=limit)
-
-    def check(s: Selection) -> Selection:
-        ids = resolve_handles(s.topic_ids, table, limit)
-        return s.model_copy(update={"topic_ids": ids, "needs_memory": s.needs_memory and bool(ids)})
-
-    return runner.run("selector", msgs, Selection, check=check)
-
-
-# -- query analyser -----------------------------------------------------------------------------
+# -- query plan -----------------------------------------------------------------------------
 Intent = Literal["fact", "event", "preference", "overview", "recent", "none"]
 
 
@@ -452,7 +419,9 @@ class TimeRange(_Schema):
         return self
 
 
-class QueryAnalysis(_Schema):
+class QueryPlan(_Schema):
+    """The query part of a recall plan: semantic query, intent, time range."""
+
     semantic_query: Annotated[str, Field(min_length=1, max_length=500), AfterValidator(_clean)]
     intent: Intent = "fact"
     time_range: TimeRange | None = None
@@ -464,18 +433,6 @@ def check_time_range(rng: TimeRange | None, now: datetime) -> None:
         return
     if rng.start.year < now.year - 100 or rng.end > date(now.year + 1, 12, 31):
         raise InvalidOutput(f"implausible time range {rng.start}..{rng.end}")
-
-
-def analyse_query(runner: LLMRunner, query: str, now: datetime, budget: Budget | None = None) -> QueryAnalysis | None:
-    """Semantic query, intent and time range of a user's new message."""
-    if not query.strip():
-        return None
-
-    def check(q: QueryAnalysis) -> QueryAnalysis:
-        check_time_range(q.time_range, now)
-        return q
-
-    return runner.run("query", prompts.query_messages(query, now, budget or Budget()), QueryAnalysis, check=check)
 
 
 # -- veto ---------------------------------------------------------------------------------------
@@ -504,9 +461,8 @@ __all__ = [
     "RouteDecision",
     "Segment",
     "Segmentation",
-    "Selection",
     "TimeRange",
-    "QueryAnalysis",
+    "QueryPlan",
     "MergeVerdict",
     "Intent",
     "label_topic",
@@ -519,10 +475,8 @@ __all__ = [
     "segment",
     "check_segmentation",
     "stable_assignment",
-    "select_topics",
     "handles",
     "resolve_handles",
-    "analyse_query",
     "check_time_range",
     "veto_merge",
 ]

@@ -48,8 +48,6 @@ ROLE_MAX_TOKENS: dict[str, int] = {
     "labeler": 500,
     "detail": 700,
     "segmenter": 1200,
-    "selector": 200,
-    "query": 250,
     "planner": 350,
     "veto": 150,
 }
@@ -255,6 +253,10 @@ class LLMRunner:
         deadline: float | None = None,
     ) -> Any:
         """Call the model for ``role``; return the validated object, or None on any failure.
+
+        Long: one call's life in the order it happens (breaker, deadline and repeat skips;
+        send; classify the outcome; validate; remember a failed prompt; count), each step
+        reading and updating the same per-call record.
 
         ``check`` runs after schema validation for rules a schema cannot express (ids that
         must exist in the input, spans that must cover it); it returns the final result (a

@@ -47,7 +47,7 @@ def _line(name: str, s: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def consolidate_command(db: str | None, user_id: str | None, embedder: str | None, show_tree: bool,
                         as_json: bool) -> None:
-    from ..cli import _print_tree
+    from ..cli import print_tree
     from ..memory import Memory
 
     try:
@@ -58,7 +58,7 @@ def consolidate_command(db: str | None, user_id: str | None, embedder: str | Non
                 before = tree_summary(mem, uid)
                 if show_tree and not as_json:
                     click.secho(f"[{uid}] before:", bold=True)
-                    _print_tree(mem.tree(user_id=uid))
+                    print_tree(mem.tree(user_id=uid))
                 report = mem.consolidate(uid)
                 after = tree_summary(mem, uid)
                 out.append({"user_id": uid, "before": before, "after": after, "report": report.to_dict()})
@@ -66,7 +66,7 @@ def consolidate_command(db: str | None, user_id: str | None, embedder: str | Non
                     continue
                 if show_tree:
                     click.secho(f"[{uid}] after:", bold=True)
-                    _print_tree(mem.tree(user_id=uid))
+                    print_tree(mem.tree(user_id=uid))
                 click.secho(f"[{uid}]", bold=True)
                 click.echo(_line("before:", before))
                 click.echo(_line("after:", after))

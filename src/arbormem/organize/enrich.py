@@ -26,12 +26,8 @@ from typing import TYPE_CHECKING
 from ..config import TreeSettings
 from ..llm.prompts import Budget, TopicCard, Turn
 from ..llm.roles import (
-    MergeVerdict,
-    TopicLabel,
     detail_topic,
-    label_topic,
     label_topics,
-    veto_merge,
 )
 from ..llm.runner import LLMRunner
 from ..models import Exchange
@@ -40,12 +36,6 @@ from .tree import TreeSession
 
 if TYPE_CHECKING:
     from .segment import SegmentReport
-
-#: Set in ``TopicRecord.meta`` when the labels came from the LLM.
-LABEL_SOURCE = "label_source"
-#: The topic's size when it was labelled; a different size means the label is stale.
-LABEL_SIZE = "label_size"
-
 
 @dataclass(frozen=True)
 class EnrichReport:
@@ -85,18 +75,15 @@ def to_card(rec: TopicRecord, path: Sequence[str] = ()) -> TopicCard:
     )
 
 
-def enrich_topic(runner: LLMRunner, texts: Sequence[Turn], budget: Budget | None = None) -> TopicLabel | None:
-    """Labels for one topic from its exchanges, or None (keep the offline labels)."""
-    return label_topic(runner, texts, budget)
-
-
 def needs_label(rec: TopicRecord, min_size: int = 1) -> bool:
     """A frozen leaf whose labels are offline, or were made when it had another size."""
     if rec.kind != "topic" or not rec.frozen or rec.size < min_size:
         return False
-    return not (rec.meta.get(LABEL_SOURCE) == "llm" and rec.meta.get(LABEL_SIZE) == rec.size)
+    return not (rec.meta.label_source == "llm" and rec.meta.label_size == rec.size)
 
 
+# Long: the run loop with its stop rules (budget, consecutive failures, breaker) and the
+# per-batch bookkeeping they share, in one place so the stop reason is the one reported.
 def organize_labels(
     store: Store,
     runner: LLMRunner,
@@ -174,11 +161,8 @@ def organize_labels(
                     title=label.title,
                     keywords=list(label.keywords),
                     summary=label.summary,
-                    meta={
-                        LABEL_SOURCE: "llm",
-                        "retrieval_terms": list(label.retrieval_terms),
-                        "trigger": label.trigger or "",
-                    },
+                    retrieval_terms=list(label.retrieval_terms),
+                    trigger=label.trigger or "",
                 )
                 if not ok:
                     skipped += 1  # the topic changed while the model was thinking
@@ -193,15 +177,15 @@ def organize_labels(
 
 
 def topic_detail(store: Store, runner: LLMRunner | None, rec: TopicRecord) -> str | None:
-    """The tier-2 detailed summary of a topic (CoMeT): made on first request, then cached.
+    """The depth-1 detailed summary of a topic (CoMeT): made on first request, then cached.
 
     Cached in the topic's metadata with the topic's size, so it is remade only after the
     topic changed. None when there is no LLM or the call failed (nothing is cached then).
     """
     if rec.kind != "topic":
         return None
-    cached = rec.meta.get("detail")
-    if isinstance(cached, str) and cached and rec.meta.get("detail_size") == rec.size:
+    cached = rec.meta.detail
+    if cached and rec.meta.detail_size == rec.size:
         return cached
     if runner is None:
         return None
@@ -212,40 +196,16 @@ def topic_detail(store: Store, runner: LLMRunner | None, rec: TopicRecord) -> st
     with store.transaction(rec.user_id):
         cur = store.get_topic(rec.id)
         if cur is not None and cur.size == rec.size:
-            cur.meta["detail"] = result.detail
-            cur.meta["detail_size"] = cur.size
+            cur.meta.detail, cur.meta.detail_size = result.detail, cur.size
             store.put_topic(cur)
     return result.detail
 
 
-def confirm_merge(
-    runner: LLMRunner | None,
-    a: TopicRecord,
-    a_exchanges: Sequence[Exchange],
-    b: TopicRecord,
-    b_exchanges: Sequence[Exchange],
-) -> bool:
-    """The veto step of a merge (for the consolidation organiser).
-
-    True only when the LLM confirmed the merge; no LLM, a failure or a rejection all mean
-    False — keeping two topics apart loses nothing, a wrong merge does.
-    Without an LLM, the caller decides on its own offline evidence instead of calling this.
-    """
-    if runner is None:
-        return False
-    verdict: MergeVerdict | None = veto_merge(runner, to_card(a), to_turns(a_exchanges), to_card(b), to_turns(b_exchanges))
-    return verdict is not None and verdict.same_topic
-
-
 __all__ = [
     "EnrichReport",
-    "enrich_topic",
     "organize_labels",
     "needs_label",
-    "confirm_merge",
     "topic_detail",
     "to_turns",
     "to_card",
-    "LABEL_SOURCE",
-    "LABEL_SIZE",
 ]

@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from ..models import Exchange, Topic, _Serializable
+from ..models import Exchange, Serializable, Topic
 
 RecallMode = Literal["active", "passive", "both"]
 
 
 @dataclass(frozen=True)
-class ConsolidationReport(_Serializable):
+class ConsolidationReport(Serializable):
     """What one ``consolidate`` run did for one user.
 
     ``merged``/``linked`` count topic pairs; ``archived``/``deduplicated``/``superseded``
@@ -39,7 +39,7 @@ class ConsolidationReport(_Serializable):
 
 
 @dataclass(frozen=True)
-class Change(_Serializable):
+class Change(Serializable):
     """One logged tree change, as ``Memory.history`` returns it."""
 
     id: str
@@ -52,8 +52,8 @@ class Change(_Serializable):
 
 
 @dataclass(frozen=True)
-class TopicReading(_Serializable):
-    """A topic read at one of three tiers (``Memory.read``).
+class TopicReading(Serializable):
+    """A topic read at one of three depths (``Memory.read``).
 
     depth 0: ``text`` is the title and short summary; depth 1: a detailed summary (from the
     LLM when configured, else extractive; cached until the topic changes), ``source`` says

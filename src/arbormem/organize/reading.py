@@ -1,4 +1,4 @@
-"""Reading topics in tiers, recall modes, the change history and undo (behind ``Memory``).
+"""Reading topics at three depths, recall modes, the change history and undo (behind ``Memory``).
 
 Tiers (CoMeT): 0 = title and short summary; 1 = a detailed summary, made by the LLM when one
 is configured (``enrich.topic_detail``) and otherwise extractive, cached in the topic's meta
@@ -16,13 +16,13 @@ from typing import Any, get_args
 from ..config import TreeSettings
 from ..errors import NotFoundError, ValidationError
 from ..models import Topic
-from ..retrieve.render import render_exchange
+from ..render import render_exchange
 from ..store.base import ChangeRecord, Store, TopicRecord
 from ..text import idf, sentences, shorten, terms
-from .consolidate import find_change, mentions, undo_change
 from .enrich import topic_detail
 from .models import Change, RecallMode, TopicReading
 from .tree import TreeSession
+from .undo import find_change, mentions, undo_change
 
 DETAIL_SENTENCES = 6
 
@@ -45,10 +45,10 @@ def extractive_detail(store: Store, rec: TopicRecord, limit: int = DETAIL_SENTEN
 
 
 def read_topic(store: Store, llm: Any, rec: TopicRecord, view: Topic, depth: int) -> TopicReading:
-    mode = rec.meta.get("recall_mode", "active")
+    mode = rec.meta.recall_mode
     common: dict[str, Any] = {
         "topic": view, "depth": depth, "recall_mode": mode,
-        "tags": tuple(rec.meta.get("tags", ())), "links": tuple(rec.meta.get("links", ())),
+        "tags": tuple(rec.meta.tags), "links": tuple(rec.meta.links),
     }
     if depth == 0:
         return TopicReading(text=f"{rec.title}\n{rec.summary}".strip(), source="summary", **common)
@@ -57,15 +57,14 @@ def read_topic(store: Store, llm: Any, rec: TopicRecord, view: Topic, depth: int
             detail = topic_detail(store, llm, rec)
             if detail:
                 return TopicReading(text=detail, source="llm", **common)
-        cached = rec.meta.get("detail_x")
-        if isinstance(cached, str) and rec.meta.get("detail_x_size") == rec.size:
+        cached = rec.meta.detail_x
+        if cached is not None and rec.meta.detail_x_size == rec.size:
             return TopicReading(text=cached, source="extractive", **common)
         text = extractive_detail(store, rec) if rec.kind == "topic" else rec.summary
         with store.transaction(rec.user_id):
             cur = store.get_topic(rec.id)
             if cur is not None and cur.size == rec.size:
-                cur.meta["detail_x"] = text
-                cur.meta["detail_x_size"] = cur.size
+                cur.meta.detail_x, cur.meta.detail_x_size = text, cur.size
                 store.put_topic(cur)
         return TopicReading(text=text, source="extractive", **common)
     exchanges = tuple(e for e in store.list_exchanges(rec.user_id, topic_id=rec.id) if e.status == "completed")
@@ -81,13 +80,14 @@ def set_recall_mode(store: Store, user_id: str, topic_id: str, mode: RecallMode,
         node = tree.get(topic_id) if isinstance(topic_id, str) else None
         if node is None or node.kind == "root":
             raise NotFoundError(f"no topic {topic_id!r}")
-        old = node.meta.get("recall_mode", "active")
-        node.meta["recall_mode"] = mode
-        pinned = [t for t in tree.root.meta.get("passive", []) if t != topic_id]
+        old = node.meta.recall_mode
+        node.meta.recall_mode = mode
+        pinned = [t for t in tree.root.meta.passive if t != topic_id]
         if mode in ("passive", "both"):
             pinned.append(topic_id)
-        tree.root.meta["passive"] = pinned
-        tree._dirty.update({node.id, tree.root.id})
+        tree.root.meta.passive = pinned
+        tree.touch(node)
+        tree.touch(tree.root)
         tree.flush()
         store.log_change(user_id, "recall_mode", topic_id, {"from": old, "to": mode})
 

@@ -3,7 +3,7 @@
 Offline placement decides each exchange's topic the moment it completes. When an LLM is
 configured, ``Memory.organize(..., segment=True)`` lets it revise that for the *recent* tail:
 
-* only exchanges after ``root.meta["segmented_through"]`` are sent, at most ``window`` of
+* only exchanges after ``root.meta.segmented_through`` are sent, at most ``window`` of
   them, and only once ``min_new`` have arrived, so the prompt never grows with history;
 * the answer is validated all-or-nothing (``llm.roles.check_segmentation``): spans cover the
   tail exactly, ``finalized`` only with enough exchanges after it;
@@ -52,7 +52,7 @@ def segment_tail(store: Store, runner: LLMRunner, user_id: str, settings: TreeSe
     (``time.monotonic()``) bounds its LLM calls (the organize run's budget)."""
     calls0 = runner.total_calls
     roots = store.list_topics(user_id, parent_id=None)
-    through = int(roots[0].meta.get("segmented_through", 0)) if roots else 0
+    through = roots[0].meta.segmented_through if roots else 0
     tail = [e for e in store.list_exchanges(user_id, status="completed", after_seq=through, limit=window)
             if not e.archived]
 
@@ -91,7 +91,7 @@ def segment_tail(store: Store, runner: LLMRunner, user_id: str, settings: TreeSe
                 if e.topic_id != target.id:
                     tree.move(e, vecs.get(e.id), term_counts(e.text), target)
                     moved += 1
-            target.meta["segment_status"] = span.status
+            target.meta.segment_status = span.status
             if span.status == "finalized":
                 tree.freeze(target)
                 done = max(done, span.end_seq)
@@ -100,8 +100,8 @@ def segment_tail(store: Store, runner: LLMRunner, user_id: str, settings: TreeSe
                 tree.touch(target)
             last_target = target
         if last_target is not None and not last_target.frozen:
-            tree.root.meta["current"] = last_target.id
-        tree.root.meta["segmented_through"] = done
+            tree.root.meta.current = last_target.id
+        tree.root.meta.segmented_through = done
         tree.touch(tree.root)
         tree.flush()
         if moved or created:

@@ -27,7 +27,7 @@ import math
 import re
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -45,15 +45,13 @@ from ..text import (
     top_terms,
 )
 from . import labels
+from .aliases import drop_aliases
+from .index_text import llm_labelled, topic_index_text
 
 # Bounded per-node term statistics: enough for keywords and titles, small enough to rewrite.
 LEAF_TERMS = 96
 THEME_TERMS = 128
 KEYWORDS = 8
-# Topic meta key of the node's bounded phrase counter (titles, organize/labels.py).
-PHRASES = "phrases"
-# [size, children] when the offline title was last computed (see TreeSession._title_due).
-TITLED = "titled"
 
 
 def new_id(prefix: str) -> str:
@@ -157,7 +155,7 @@ class TreeSession:
 
     # -- placement -------------------------------------------------------------------------------
     def current(self) -> TopicRecord | None:
-        cur_id = self.root.meta.get("current")
+        cur_id = self.root.meta.current
         return self.get(cur_id) if cur_id else None
 
     def place(self, ex: Exchange, vec: np.ndarray, counts: Mapping[str, int]) -> str:
@@ -184,8 +182,8 @@ class TreeSession:
         if cur is not None and closing:
             self._settle(cur, None)  # the pending exchange is judged on its own
             target = cur
-        elif cur is not None and cur.meta.get("closing"):
-            cur.meta.pop("closing", None)
+        elif cur is not None and cur.meta.closing:
+            cur.meta.closing = False
             self._dirty.add(cur.id)
             if self._link(vec, 1, cur) >= self.s.thread_threshold:
                 target = cur
@@ -202,14 +200,14 @@ class TreeSession:
         if target is None:
             target = self._home(vec, 1, ex.seq, ex.session_id)
         self._add_to(target, ex, vec, counts)
-        target.meta["session"] = ex.session_id
+        target.meta.session = ex.session_id
         if closing:
-            target.meta["closing"] = True
-            target.meta.pop("pending", None)
+            target.meta.closing = True
+            target.meta.pending = None
         elif self.s.lookahead:
-            target.meta["pending"] = ex.id
-        if self.root.meta.get("current") != target.id:
-            self.root.meta["current"] = target.id
+            target.meta.pending = ex.id
+        if self.root.meta.current != target.id:
+            self.root.meta.current = target.id
             self._dirty.add(self.root.id)
         self._dirty.add(target.id)
         return target.id
@@ -227,7 +225,7 @@ class TreeSession:
     def _hard_break(self, cur: TopicRecord, ex: Exchange) -> bool:
         if cur.size >= self.s.max_topic_size:
             return True
-        if (cur.meta.get("session") or None) != (ex.session_id or None):
+        if (cur.meta.session or None) != (ex.session_id or None):
             return True
         if cur.last_at is not None:
             gap = (ex.user_at - cur.last_at).total_seconds() / 3600.0
@@ -238,7 +236,7 @@ class TreeSession:
     def _settle(self, cur: TopicRecord, nxt: tuple[Exchange, np.ndarray] | None) -> TopicRecord | None:
         """Decide the open topic's pending exchange (see ``place``). Returns the new topic the
         pending exchange moved to, or None when it stays."""
-        pid = cur.meta.get("pending")
+        pid = cur.meta.pending
         if not pid or cur.size < 2 or cur.vec_sum is None:
             return None
         pvec = self._vec(pid)
@@ -248,7 +246,7 @@ class TreeSession:
         pair = pvec if nxt is None else pvec + nxt[1]
         n_pair = 1 if nxt is None else 2
         link = float(rest @ pair) / ((cur.size - 1) * n_pair)
-        cur.meta.pop("pending", None)
+        cur.meta.pending = None
         self._dirty.add(cur.id)
         if link >= self.s.continue_threshold:
             return None
@@ -292,8 +290,8 @@ class TreeSession:
         parent = home.theme if home.theme is not None else (
             self._pair_theme(home.pair) if home.pair is not None else self.root)
         leaf = self._create("topic", parent, seq)
-        leaf.meta["session"] = session
-        self._bound_fanout(parent, seq)
+        leaf.meta.session = session
+        self.bound_fanout(parent, seq)
         return leaf
 
     def _link(self, vsum: np.ndarray, n: int, node: TopicRecord) -> float:
@@ -328,7 +326,7 @@ class TreeSession:
             return home
         link, _, leaf = scored[0]
         if link >= self.s.thread_threshold and leaf.size + n <= self.s.max_topic_size \
-                and not leaf.meta.get("no_merge"):
+                and not leaf.meta.no_merge:
             home.thread = leaf
             return home
         best = self.s.theme_threshold
@@ -366,7 +364,7 @@ class TreeSession:
         assert old is not None
         theme = self._create("theme", old, leaf.created_seq)
         self._reparent(leaf, theme)
-        self._recompute(theme)
+        self.recompute(theme)
         return theme
 
     def close(self, leaf: TopicRecord) -> None:
@@ -374,8 +372,8 @@ class TreeSession:
         (it was homed on its first exchanges): it may rejoin its thread or move to the theme
         it relates to best."""
         self.freeze(leaf)
-        leaf.meta.pop("pending", None)
-        if leaf.size == 0 or leaf.vec_sum is None or leaf.meta.get("aliases"):
+        leaf.meta.pending = None
+        if leaf.size == 0 or leaf.vec_sum is None or leaf.meta.aliases:
             return
         home = self._find_home(leaf.vec_sum, leaf.size, exclude=leaf.id)
         old_parent = self.get(leaf.parent_id) if leaf.parent_id else None
@@ -404,7 +402,7 @@ class TreeSession:
                 self._link(leaf.vec_sum, leaf.size, new_parent):
             return
         self._move_subtree(leaf, new_parent)
-        self._bound_fanout(new_parent, leaf.created_seq)
+        self.bound_fanout(new_parent, leaf.created_seq)
 
     def _move_subtree(self, node: TopicRecord, new_parent: TopicRecord) -> None:
         """Move a node (with its aggregates) under another parent, keeping every ancestor's
@@ -413,10 +411,10 @@ class TreeSession:
         self._reparent(node, new_parent)
         for a in old_chain:
             if a.kind == "theme":
-                self._recompute(a)
+                self.recompute(a)
         for a in [new_parent, *self.ancestors(new_parent)]:
             if a.kind == "theme":
-                self._recompute(a)
+                self.recompute(a)
 
     def _add_to(self, leaf: TopicRecord, ex: Exchange, vec: np.ndarray, counts: Mapping[str, int]) -> None:
         phrases: dict[str, int] | None = None
@@ -432,8 +430,7 @@ class TreeSession:
                 node.terms = prune_counts(merge_counts(node.terms, counts.items()), keep)
                 if phrases is None:
                     phrases = labels.exchange_phrase_counts(ex.user_text, ex.assistant_text)
-                node.meta[PHRASES] = labels.prune_phrases(
-                    labels.merge_phrases(node.meta.get(PHRASES) or {}, phrases), keep)
+                node.meta.phrases = labels.prune_phrases(labels.merge_phrases(node.meta.phrases, phrases), keep)
             if i == 0 and not node.summary:
                 node.summary = shorten(ex.user_text, 200)
             self._dirty.add(node.id)
@@ -445,10 +442,8 @@ class TreeSession:
         leaf = self.get(ex.topic_id)
         if leaf is None:
             return
-        if leaf.meta.get("aliases"):
-            # A merged topic's part centroids (consolidate.py aliases) include this exchange.
-            from .consolidate import drop_aliases
-
+        if leaf.meta.aliases:
+            # A merged topic's part centroids (organize/aliases.py) include this exchange.
             drop_aliases(self.store, leaf)
         chain = [leaf, *self.ancestors(leaf)]
         phrases = labels.exchange_phrase_counts(ex.user_text, ex.assistant_text)
@@ -458,8 +453,8 @@ class TreeSession:
             node.size = max(0, node.size - 1)
             if node.kind != "root":
                 node.terms = {t: c - counts.get(t, 0) for t, c in node.terms.items() if c - counts.get(t, 0) > 0}
-                if node.meta.get(PHRASES):
-                    node.meta[PHRASES] = labels.subtract_phrases(node.meta[PHRASES], phrases)
+                if node.meta.phrases:
+                    node.meta.phrases = labels.subtract_phrases(node.meta.phrases, phrases)
             self._dirty.add(node.id)
         self._recompute_span(leaf)
         # Its summary may quote the removed exchange: rewritten from what is left at flush.
@@ -478,8 +473,8 @@ class TreeSession:
             if node.id in self._kids[parent.id]:
                 self._kids[parent.id].remove(node.id)
             self._dirty.add(parent.id)
-        if self.root.meta.get("current") == node.id:
-            self.root.meta.pop("current", None)
+        if self.root.meta.current == node.id:
+            self.root.meta.current = None
             self._dirty.add(self.root.id)
         self._deleted.add(node.id)
         self._dirty.discard(node.id)
@@ -509,14 +504,69 @@ class TreeSession:
             parent = self.root
         leaf = self._create("topic", parent, seq)
         for node in self.ancestors(leaf):
-            self._bound_fanout(node, seq)
+            self.bound_fanout(node, seq)
         return leaf
 
-    def touch(self, node: TopicRecord) -> None:
-        """Mark a node for writing at ``flush`` (its parent's summary and state with it)."""
+    def touch(self, node: TopicRecord, *, summarise: bool | None = None) -> None:
+        """Mark a node for writing at ``flush``. ``summarise=True``: its labels and summary are
+        recomputed from its exchanges then (its content changed); ``False``: they are kept as
+        they are (the caller restored them)."""
         self._dirty.add(node.id)
-        if node.parent_id:
+        if node.parent_id:  # its parent's summary and state are rebuilt with it
             self._stale_summary.add(node.parent_id)
+        if summarise:
+            self._to_summarise.add(node.id)
+        elif summarise is False:
+            self._to_summarise.discard(node.id)
+
+    def attach(self, rec: TopicRecord, parent: TopicRecord) -> None:
+        """Put a node that is not in the tree (a restored topic) under ``parent``; written at
+        ``flush``. The caller moves its exchanges and recomputes its aggregates."""
+        rec.parent_id = parent.id
+        self._nodes[rec.id] = rec
+        self._kids.setdefault(rec.id, [])
+        self._deleted.discard(rec.id)
+        self.children(parent)
+        self._kids[parent.id].append(rec.id)
+        self._dirty.update({rec.id, parent.id})
+
+    def refresh(self, nodes: Iterable[TopicRecord]) -> None:
+        """Recompute the aggregates of ``nodes`` and all their ancestors (not the root) once
+        each, deepest first, so a batch of edits costs one pass over the touched paths; an
+        emptied theme is dropped."""
+        depth: dict[str, int] = {}
+        pending: dict[str, TopicRecord] = {}
+        for n in nodes:
+            for x in [n, *self.ancestors(n)]:
+                if x.kind != "root" and x.id not in pending:
+                    pending[x.id] = x
+                    depth[x.id] = len(self.ancestors(x))
+        for nid in sorted(pending, key=lambda i: -depth[i]):
+            node = pending[nid]
+            if node.id in self._deleted:
+                continue
+            if node.kind == "theme" and not self.children(node):
+                self.drop(node)
+            elif node.kind == "theme":
+                self.recompute(node)
+
+    def rebuild_leaf(self, leaf: TopicRecord) -> None:
+        """Recompute a leaf's aggregates exactly from its stored exchanges (as placement built
+        them); its labels are recomputed at ``flush``."""
+        members = [e for e in self.store.list_exchanges(self.user_id, topic_id=leaf.id) if e.status == "completed"]
+        vecs = self.store.get_vectors(self.user_id, "exchange", [e.id for e in members])
+        rows = [vecs[e.id] for e in members if e.id in vecs]
+        leaf.vec_sum = np.sum(rows, axis=0).astype(np.float32) if rows else None
+        leaf.size = len(members)
+        acc: dict[str, int] = {}
+        for e in members:
+            acc = merge_counts(acc, term_counts(e.text).items())
+        leaf.terms = prune_counts(acc, LEAF_TERMS)
+        if members:
+            leaf.start_seq, leaf.end_seq = members[0].seq, members[-1].seq
+            leaf.first_at = min(e.user_at for e in members)
+            leaf.last_at = max(e.user_at for e in members)
+        self.touch(leaf, summarise=True)
 
     def _recompute_span(self, leaf: TopicRecord) -> None:
         members = [e for e in self.store.list_exchanges(self.user_id, topic_id=leaf.id) if e.status == "completed"]
@@ -526,7 +576,7 @@ class TreeSession:
             leaf.last_at = max(e.user_at for e in members)
 
     # -- fan-out -----------------------------------------------------------------------------------
-    def _bound_fanout(self, node: TopicRecord, seq: int) -> None:
+    def bound_fanout(self, node: TopicRecord, seq: int) -> None:
         """Keep fan-out bounded where content is large.
 
         A theme with more than ``max_children`` children gets a level below it: its children
@@ -557,7 +607,7 @@ class TreeSession:
             theme = self._create("theme", node, seq)
             for j in group:
                 self._reparent(kids[j], theme)
-            self._recompute(theme)
+            self.recompute(theme)
             self.store.log_change(self.user_id, "split", theme.id, {
                 "from": node.id, "children": [kids[j].id for j in group], "reason": "fan-out",
                 "max_children": self.s.max_children,
@@ -580,13 +630,13 @@ class TreeSession:
             sib = self._create("theme", parent, seq)
             for kid in group:
                 self._reparent(kid, sib)
-            self._recompute(sib)
+            self.recompute(sib)
             self.store.log_change(self.user_id, "split", sib.id, {
                 "from": node.id, "children": [kid.id for kid in group], "reason": "fan-out",
                 "max_children": self.s.max_children,
             })
-        self._recompute(node)
-        self._bound_fanout(parent, seq)
+        self.recompute(node)
+        self.bound_fanout(parent, seq)
 
     def _kids_changed(self, node_id: str) -> bool:
         """Whether this unit of work changed the node's list of children."""
@@ -615,7 +665,7 @@ class TreeSession:
                 changed = True
                 break
 
-    def _recompute(self, node: TopicRecord) -> None:
+    def recompute(self, node: TopicRecord) -> None:
         """Rebuild an inner node's aggregates from its children."""
         kids = self.children(node)
         sums = [c.vec_sum for c in kids if c.vec_sum is not None]
@@ -627,8 +677,8 @@ class TreeSession:
         node.terms = prune_counts(terms_acc, THEME_TERMS)
         phrases: dict[str, int] = {}
         for c in kids:
-            phrases = labels.merge_phrases(phrases, c.meta.get(PHRASES) or {})
-        node.meta[PHRASES] = labels.prune_phrases(phrases, THEME_TERMS)
+            phrases = labels.merge_phrases(phrases, c.meta.phrases)
+        node.meta.phrases = labels.prune_phrases(phrases, THEME_TERMS)
         for attr, pick in (("start_seq", min), ("end_seq", max), ("first_at", min), ("last_at", max)):
             values = [getattr(c, attr) for c in kids if getattr(c, attr) is not None]
             setattr(node, attr, pick(values) if values else None)
@@ -642,7 +692,7 @@ class TreeSession:
         self._to_summarise.add(leaf.id)
 
     def set_label(self, topic_id: str, *, expect_size: int, expect_end: int | None, title: str,
-                  keywords: list[str], summary: str, meta: Mapping[str, object]) -> bool:
+                  keywords: list[str], summary: str, retrieval_terms: list[str], trigger: str) -> bool:
         """Store labels validated by the organiser's LLM (``organize/enrich.py``).
 
         Refused (False) when the topic changed since the labels were asked for. ``flush``
@@ -653,8 +703,8 @@ class TreeSession:
         if node is None or node.kind != "topic" or node.size != expect_size or node.end_seq != expect_end:
             return False
         node.title, node.keywords, node.summary = title, list(keywords), summary
-        node.meta.update(meta)
-        node.meta["label_size"] = node.size
+        node.meta.label_source, node.meta.label_size = "llm", node.size
+        node.meta.retrieval_terms, node.meta.trigger = list(retrieval_terms), trigger
         self._dirty.add(node.id)
         if node.parent_id and self.get(node.parent_id) is not None:
             self._dirty.add(node.parent_id)
@@ -669,24 +719,24 @@ class TreeSession:
         dirty = sorted((self._nodes[i] for i in self._dirty if i in self._nodes),
                        key=lambda n: (-len(self.ancestors(n)), n.created_seq, self._born.get(n.id, -1), n.id))
         n_docs = max(1, self.root.size)
-        due = {n.id for n in dirty if n.kind != "root" and not _llm_labelled(n) and self._title_due(n)}
+        due = {n.id for n in dirty if n.kind != "root" and not llm_labelled(n) and self._title_due(n)}
         wanted = {t for node in dirty for t in node.terms}
         for node in dirty:
             if node.id in due:
-                wanted |= labels.phrase_words(node.meta.get(PHRASES) or {})
+                wanted |= labels.phrase_words(node.meta.phrases)
         df = self.store.get_term_df(self.user_id, list(wanted)) if wanted else {}
         # A theme's summary (its children's titles) and frozen flag are rebuilt only when a
         # child was retitled, closed or moved: reading every ancestor's children on every
         # exchange was most of one-by-one ingest's tree cost.
         stale = self._stale_summary
         for node in dirty:
-            if node.kind == "root" or _llm_labelled(node):
+            if node.kind == "root" or llm_labelled(node):
                 continue
             node.keywords = top_terms(node.terms, df, n_docs, KEYWORDS)
             if node.id in due:
                 before = node.title
                 node.title = self._title(node, df, n_docs)
-                node.meta[TITLED] = [node.size, len(self.children(node)) if node.kind == "theme" else 0]
+                node.meta.titled = (node.size, len(self.children(node)) if node.kind == "theme" else 0)
                 if node.title != before and node.parent_id:
                     stale.add(node.parent_id)
             if node.id in self._to_summarise and node.parent_id:
@@ -724,8 +774,8 @@ class TreeSession:
         more exchange."""
         if not node.title or node.id in self._to_summarise:
             return True
-        at = node.meta.get(TITLED)
-        if not isinstance(at, list) or len(at) != 2:
+        at = node.meta.titled
+        if at is None:
             return True
         if node.kind == "theme" and self._kids_changed(node.id):
             return True
@@ -736,10 +786,10 @@ class TreeSession:
         its children share. Nodes stored before phrase counters existed fall back to their
         keywords until ``arbormem rebuild-tree``."""
         if node.kind == "theme":
-            kids = [k.meta.get(PHRASES) or {} for k in self.children(node)]
+            kids = [k.meta.phrases for k in self.children(node)]
             if any(kids):
                 return labels.theme_title(kids, df, n_docs, members=node.size)
-        phrases = node.meta.get(PHRASES)
+        phrases = node.meta.phrases
         if phrases:
             return labels.make_title(phrases, df, n_docs, members=node.size)
         return make_title(node.keywords)
@@ -799,28 +849,6 @@ def _or(vec: np.ndarray | None, default: np.ndarray) -> np.ndarray:
 def make_title(keywords: list[str]) -> str:
     """A short offline title: the top keywords, capitalised."""
     return " · ".join(k[:1].upper() + k[1:] for k in keywords[:3]) or "Untitled"
-
-
-def _llm_labelled(node: TopicRecord) -> bool:
-    # LLM labels stay until the topic changes size (then offline labels return and the
-    # organiser labels it again).
-    return node.meta.get("label_source") == "llm" and node.meta.get("label_size") == node.size
-
-
-def topic_index_text(node: TopicRecord) -> str:
-    """What the lexical topic index sees: title, keywords and summary (and, for LLM-labelled
-    topics, the retrieval terms and trigger)."""
-    extra = " ".join(str(t) for t in node.meta.get("retrieval_terms") or ())
-    trigger = str(node.meta.get("trigger") or "")
-    tail = f"\n{extra}\n{trigger}" if _llm_labelled(node) and (extra or trigger) else ""
-    # A merged topic is also found by its parts' pre-merge labels (consolidate.py aliases).
-    parts = "".join(f"\n{t}" for t in (node.meta.get("part_text") or {}).values())
-    return f"{label_text(node)}{tail}{parts}"
-
-
-def label_text(node: TopicRecord) -> str:
-    """A topic's labels as indexed text: title, keywords, summary (one line each)."""
-    return f"{node.title}\n{' '.join(node.keywords)}\n{node.summary}"
 
 
 def balanced_groups(vecs: np.ndarray, k: int, cap: int, iters: int = 6) -> list[list[int]]:

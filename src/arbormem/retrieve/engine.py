@@ -30,7 +30,8 @@ import numpy as np
 from ..config import RecallSettings
 from ..embed.base import Embedder
 from ..models import Exchange, Hit, Recall, RecallTrace, Topic
-from ..organize.consolidate import linked_topics, recall_marks, resolve_topic_hits
+from ..organize.aliases import resolve_topic_hits
+from ..organize.recall_hooks import linked_topics, recall_marks
 from ..store.base import ExchangeFilter, ExchangeHead, Store, TopicRecord
 from ..text import identifier_like, idf, index_tokens, term_counts, terms
 from ..tokens import TokenCounter
@@ -38,7 +39,7 @@ from .query import QueryAnalysis, analyse
 
 if TYPE_CHECKING:  # pragma: no cover
     from .llm_plan import RecallPlanner
-from .render import message_text, packet_header, render, render_exchange, speaker
+from ..render import message_text, packet_header, render, render_exchange, speaker
 from .topics import TopicPaths
 
 RRF_K = 60.0

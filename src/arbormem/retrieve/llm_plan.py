@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from ..llm.prompts import Budget, TopicCard, Turn, plan_messages
-from ..llm.roles import Intent, QueryAnalysis, check_time_range, handles, resolve_handles
+from ..llm.roles import Intent, QueryPlan, check_time_range, handles, resolve_handles
 from ..llm.runner import LLMRunner
 from ..models import Exchange
 from ..store.base import ExchangeHead
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .engine import Retriever, _Cand
 
 
-class _PlanSchema(QueryAnalysis):
+class _PlanSchema(QueryPlan):
     needs_memory: bool = True
     topic_ids: list[str] = Field(default_factory=list)
 

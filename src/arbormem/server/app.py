@@ -217,7 +217,7 @@ class TopicList(BaseModel):
 
 class TopicRead(BaseModel):
     topic: Topic
-    tier: int
+    depth: int
     text: str
     recall_mode: str
     tags: list[str]
@@ -519,6 +519,7 @@ def small_body_limit(limits: Limits) -> int:
 
 
 # -- the app ------------------------------------------------------------------------------------
+# Long: FastAPI routes are closures over the app's Memory; one route per few lines.
 def create_app(
     memory_or_path: Memory | str | Path,
     *,
@@ -709,9 +710,9 @@ def create_app(
         return {"topics": [views.topic_dict(t) for t in mem.topics(user_id=user_id)]}
 
     @r.get("/topics/{topic_id}", tags=["topics"], response_model=TopicRead, response_model_exclude_none=True,
-           summary="A topic at a tier: 0 summary, 1 detailed summary, 2 verbatim exchanges")
-    def topic(user_id: str, topic_id: str, tier: int = Query(0, ge=0, le=2)) -> dict[str, Any]:
-        return views.read_topic(mem, user_id, topic_id, tier)
+           summary="A topic at a depth: 0 summary, 1 detailed summary, 2 verbatim exchanges")
+    def topic(user_id: str, topic_id: str, depth: int = Query(0, ge=0, le=2)) -> dict[str, Any]:
+        return views.read_topic(mem, user_id, topic_id, depth)
 
     @r.get("/topics/{topic_id}/exchanges", tags=["topics"], response_model=ExchangePage,
            summary="A topic's exchanges")

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ..cli import _errors, _print_tree, db_option, embedder_option, json_option, user_option
+from ..cli import cli_errors, db_option, embedder_option, json_option, print_tree, user_option
 
 database_url_option = click.option(
     "--database-url", default=None, envvar="ARBORMEM_DATABASE_URL",
@@ -68,7 +68,7 @@ def _warm_up(mem: Any, *, quiet: bool = False) -> None:
 @click.option("--max-body-mb", default=16, show_default=True, type=int, help="Request body limit.")
 @click.option("--cors-origin", "cors_origins", multiple=True, help="Allow browser apps on this origin (repeatable).")
 @json_option
-@_errors
+@cli_errors
 def serve(db: str | None, database_url: str | None, embedder: str | None, host: str, port: int, no_auth: bool,
           max_body_mb: int, cors_origins: tuple[str, ...], as_json: bool) -> None:
     try:
@@ -111,7 +111,7 @@ def serve(db: str | None, database_url: str | None, embedder: str | None, host: 
 @click.option("--port", default=8765, show_default=True, type=int)
 @click.option("--no-auth", is_flag=True, help="--http without tokens (loopback hosts only; development).")
 @click.option("--json", "as_json", is_flag=True, help="With --http: print where it serves as JSON.")
-@_errors
+@cli_errors
 def mcp(db: str | None, database_url: str | None, user_id: str, embedder: str | None, use_http: bool, host: str,
         port: int, no_auth: bool, as_json: bool) -> None:
     from ..validate import user_id as check_user
@@ -148,18 +148,20 @@ SYSTEM = ("You are a helpful assistant with long-term memory. The memory context
                     "With a model (--llm-base-url/--llm-model) each turn is stored. Without one it "
                     "runs retrieval-only: it shows what would be injected and stores nothing unless "
                     "asked (/note TEXT, or --notes to keep every line as a note). " + CHAT_HELP)
+# Long: an interactive loop with its commands, read top to bottom.
 @db_option
 @database_url_option
 @user_option
 @embedder_option
-@click.option("--max-tokens", default=1024, show_default=True, help="Recall budget per turn.")
+@click.option("--max-tokens", type=int, default=None,
+              help="Recall budget per turn (default: the ARBORMEM_RECALL__MAX_TOKENS setting, 1024).")
 @click.option("--session", "session_id", default=None, help="Session id for the stored exchanges.")
 @click.option("--llm-base-url", default=None, envvar="ARBORMEM_LLM__BASE_URL", help="OpenAI-compatible endpoint.")
 @click.option("--llm-model", default=None, envvar="ARBORMEM_LLM__MODEL", help="Model name at that endpoint.")
 @click.option("--notes", is_flag=True, help="Without a model: store every line typed as a note (announced each time).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per turn or command (for scripts).")
-@_errors
-def chat(db: str | None, database_url: str | None, user_id: str, embedder: str | None, max_tokens: int, session_id: str | None,
+@cli_errors
+def chat(db: str | None, database_url: str | None, user_id: str, embedder: str | None, max_tokens: int | None, session_id: str | None,
          llm_base_url: str | None, llm_model: str | None, notes: bool, as_json: bool) -> None:
     from ..errors import ArbormemError, LLMError
     from ..llm.base import ChatMessage
@@ -168,9 +170,9 @@ def chat(db: str | None, database_url: str | None, user_id: str, embedder: str |
     check_user(user_id)
     model = None
     if llm_base_url and llm_model:
-        from ..cli import _make_llm
+        from ..cli import make_llm
 
-        model = _make_llm(llm_base_url, llm_model)
+        model = make_llm(llm_base_url, llm_model)
 
     def say(human: str, **data: Any) -> None:
         # Human text, or with --json one object per event (its "event" says which).
@@ -219,7 +221,7 @@ def chat(db: str | None, database_url: str | None, user_id: str, embedder: str |
                         if as_json:
                             say("", event="tree", tree=mem.tree(user_id=user_id).to_dict())
                         else:
-                            _print_tree(mem.tree(user_id=user_id))
+                            print_tree(mem.tree(user_id=user_id))
                     elif cmd == "/note":
                         if not arg.strip():
                             say("usage: /note TEXT", event="error", message="usage: /note TEXT")

@@ -11,7 +11,7 @@ remember      store an exchange (message + reply) or a note (message only)    wr
 recall        the memory context to inject for a message, within max_tokens   read-only
 search        ranked exchanges for a query                                    read-only
 list_topics   browse the tree: the children of a theme (top level by default) read-only
-read_topic    a topic at a tier: 0 summary, 1 detailed summary, 2 verbatim    read-only
+read_topic    a topic at a depth: 0 summary, 1 detailed summary, 2 verbatim    read-only
 forget        delete an exchange, or every exchange of a topic (a theme of    destructive
               several topics: a preview first, deleted with confirm=true)
 ============  ==============================================================  ============
@@ -69,6 +69,7 @@ def _annotations(cls: Any, *, read_only: bool, destructive: bool, idempotent: bo
     return cls(**values)
 
 
+# Long: MCP tools are closures over the server's Memory; one tool per few lines.
 def create_server(memory: Memory, user_id: str, *, name: str = "arbormem") -> Any:
     """An MCP server whose tools read and write ``user_id``'s memory in ``memory``."""
     Server, ToolAnnotations, ToolError = _sdk()
@@ -156,10 +157,10 @@ def create_server(memory: Memory, user_id: str, *, name: str = "arbormem") -> An
 
     @server.tool(annotations=read_only)
     @errors
-    def read_topic(topic_id: str, tier: int = 0) -> dict[str, Any]:
-        """Read a topic at a tier: 0 = title, keywords and summary; 1 = a detailed summary;
+    def read_topic(topic_id: str, depth: int = 0) -> dict[str, Any]:
+        """Read a topic at a depth: 0 = title, keywords and summary; 1 = a detailed summary;
         2 = the verbatim exchanges."""
-        return views.read_topic(memory, uid, topic_id, tier)
+        return views.read_topic(memory, uid, topic_id, depth)
 
     @server.tool(annotations=destructive)
     @errors

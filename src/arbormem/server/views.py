@@ -11,9 +11,9 @@ from typing import Any
 from ..errors import NotFoundError, ValidationError
 from ..memory import Memory
 from ..models import Exchange, Topic
-from ..retrieve.render import packet_header, render_exchange
+from ..render import packet_header, render_exchange
 
-TIERS = (0, 1, 2)
+DEPTHS = (0, 1, 2)
 
 
 def owned_exchange(mem: Memory, user_id: str, exchange_id: str) -> Exchange:
@@ -47,21 +47,21 @@ def topic_exchanges(mem: Memory, user_id: str, topic_id: str, *, limit: int = 20
     return out[:limit]
 
 
-def read_topic(mem: Memory, user_id: str, topic_id: str, tier: int = 0, *, limit: int = 200) -> dict[str, Any]:
-    """A topic at a tier, over ``Memory.read``: 0 = title, keywords, summary; 1 = + the
+def read_topic(mem: Memory, user_id: str, topic_id: str, depth: int = 0, *, limit: int = 200) -> dict[str, Any]:
+    """A topic at a depth, over ``Memory.read``: 0 = title, keywords, summary; 1 = + the
     detailed summary (the LLM's when one is configured, else extractive); 2 = + the verbatim
     exchanges (for a theme: those of every topic below it), and ``text`` becomes the packet
     as recall renders it."""
-    if tier not in TIERS:
-        raise ValidationError("tier must be 0 (summary), 1 (detailed summary) or 2 (verbatim)")
+    if depth not in DEPTHS:
+        raise ValidationError("depth must be 0 (summary), 1 (detailed summary) or 2 (verbatim)")
     base = mem.read(topic_id, user_id=user_id, depth=0)
-    out: dict[str, Any] = {"topic": topic_dict(base.topic), "tier": tier, "text": base.text,
+    out: dict[str, Any] = {"topic": topic_dict(base.topic), "depth": depth, "text": base.text,
                            "recall_mode": base.recall_mode, "tags": list(base.tags),
                            "links": list(base.links)}
-    if tier >= 1:
+    if depth >= 1:
         detail = mem.read(topic_id, user_id=user_id, depth=1)
         out["detail"], out["detail_source"] = detail.text, detail.source
-    if tier == 2:
+    if depth == 2:
         if base.topic.kind == "topic":
             exchanges = list(mem.read(topic_id, user_id=user_id, depth=2).exchanges)[:limit]
         else:

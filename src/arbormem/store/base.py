@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..models import Exchange, Status, TopicKind
+from .state import MARKS_KEY, TopicMeta
 
 IndexKind = Literal["exchange", "topic"]
 
@@ -32,7 +33,7 @@ class TopicRecord:
 
     ``vec_sum`` is the sum of the unit vectors of every exchange below the node, so centroids
     update incrementally; ``terms`` holds term counts of the node's own text (leaves) used for
-    keywords and titles.
+    keywords and titles. ``meta`` is the typed rest of its state (``store/state.py``).
     """
 
     id: str
@@ -51,7 +52,7 @@ class TopicRecord:
     vec_sum: np.ndarray | None = None
     terms: dict[str, int] = field(default_factory=dict)
     created_seq: int = 0
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: TopicMeta = field(default_factory=TopicMeta)
 
     def centroid(self) -> np.ndarray | None:
         if self.vec_sum is None:
@@ -88,9 +89,6 @@ class ExchangeHead:
     #: Only the organiser's marks (``metadata["_arbormem"]``: superseded_by, ...), if any.
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
-
-#: The metadata key under which the organiser keeps its marks on exchanges.
-MARKS_KEY = "_arbormem"
 
 #: What a metadata filter may compare: JSON scalars.
 MetaValue = str | int | float | bool | None

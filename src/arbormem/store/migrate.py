@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import StateError, StoreError
-from ..models import Exchange, _Serializable
+from ..models import Exchange, Serializable
 from .base import ChangeRecord, IndexKind, Store, TopicRecord
 
 #: progress(stage, done, total): stage is "exchanges", "topics", ... prefixed by the user id.
@@ -54,7 +54,7 @@ class Exportable(Protocol):
 
 
 @dataclass(frozen=True)
-class UserReport(_Serializable):
+class UserReport(Serializable):
     """What was copied for one user: counts and checksums per section, on both sides."""
 
     user_id: str
@@ -64,7 +64,7 @@ class UserReport(_Serializable):
 
 
 @dataclass(frozen=True)
-class MigrationReport(_Serializable):
+class MigrationReport(Serializable):
     """Result of ``copy_store``; ``ok`` is True when every section matched on both sides."""
 
     source: str
@@ -87,65 +87,11 @@ class MigrationReport(_Serializable):
         return out
 
 
-# -- access to what the contract does not expose ---------------------------------------------------
-class _SQLiteExport:
-    """``Exportable`` for ``SQLiteStore``, reading its tables (see its migration 1)."""
-
-    def __init__(self, store: Any) -> None:
-        self.s = store
-
-    def iter_text(self, user_id: str, kind: IndexKind) -> Iterable[tuple[str, str]]:
-        from .sqlite import _FTS, _ROWS, _uid_token
-
-        rows = self.s._rows(
-            f"SELECT r.id, f.body FROM {_FTS[kind]} f JOIN {_ROWS[kind]} r ON r.rid = f.rowid "
-            f"WHERE f.uid = ? AND r.user_id = ? ORDER BY r.id",
-            (_uid_token(user_id), user_id),
-        )
-        return [(r[0], r[1]) for r in rows]
-
-    def iter_vector_ids(self, user_id: str, kind: IndexKind) -> list[str]:
-        rows = self.s._rows(
-            "SELECT item_id FROM vectors WHERE user_id = ? AND kind = ? ORDER BY item_id", (user_id, kind)
-        )
-        return [r[0] for r in rows]
-
-    def iter_term_df(self, user_id: str) -> list[tuple[str, int]]:
-        rows = self.s._rows("SELECT term, df FROM term_df WHERE user_id = ? ORDER BY term", (user_id,))
-        return [(r[0], int(r[1])) for r in rows]
-
-    def iter_meta(self) -> list[tuple[str, str]]:
-        return [(r[0], r[1]) for r in self.s._rows("SELECT key, value FROM meta ORDER BY key")]
-
-    def get_last_seq(self, user_id: str) -> int:
-        row = self.s._exec("SELECT last_seq FROM user_state WHERE user_id = ?", (user_id,)).fetchone()
-        return int(row[0]) if row else 0
-
-    def ensure_seq(self, user_id: str, seq: int) -> None:
-        self.s._exec(
-            "INSERT INTO user_state (user_id, last_seq) VALUES (?, ?) ON CONFLICT (user_id) "
-            "DO UPDATE SET last_seq = MAX(last_seq, excluded.last_seq)",
-            (user_id, int(seq)),
-        )
-
-    def put_change(self, rec: ChangeRecord) -> None:
-        self.s._exec(
-            "INSERT OR IGNORE INTO changes (id, user_id, at, action, target_id, detail) "
-            "VALUES (?,?,?,?,?,?)",
-            (rec.id, rec.user_id, rec.at.isoformat(), rec.action, rec.target_id,
-             json.dumps(rec.detail, ensure_ascii=False, default=str)),
-        )
-
-
 def exporter(store: Store) -> Exportable:
-    """The store itself when it implements ``Exportable``, else an adapter for it."""
+    """The store itself, when it implements ``Exportable`` (both bundled stores do)."""
     if all(hasattr(store, m) for m in ("iter_text", "iter_vector_ids", "iter_term_df", "iter_meta",
                                        "get_last_seq", "ensure_seq", "put_change")):
         return store  # type: ignore[return-value]
-    from .sqlite import SQLiteStore
-
-    if isinstance(store, SQLiteStore):
-        return _SQLiteExport(store)
     raise StoreError(f"{type(store).__name__} cannot be copied: it lacks the Exportable methods")
 
 
@@ -173,7 +119,7 @@ def _canon_topic(t: TopicRecord) -> str:
     vec = None if t.vec_sum is None else np.asarray(t.vec_sum, dtype=np.float32).tobytes().hex()
     return _dump([t.id, t.user_id, t.kind, t.parent_id, t.title, list(t.keywords), t.summary,
                   t.start_seq, t.end_seq, t.size, _ts(t.first_at), _ts(t.last_at), t.frozen, vec,
-                  dict(t.terms), t.created_seq, dict(t.meta)])
+                  dict(t.terms), t.created_seq, t.meta.encode()])
 
 
 def _canon_change(c: ChangeRecord) -> str:
@@ -231,6 +177,8 @@ def fingerprint(store: Store, user_id: str, batch: int = 1000) -> tuple[dict[str
 
 
 # -- the copy -------------------------------------------------------------------------------------
+# Long: the copy in its order (users, exchanges, topics, vectors, text, log, meta) and the
+# verification of each, in one place so nothing is copied unchecked.
 def copy_store(
     src: Store,
     dst: Store,

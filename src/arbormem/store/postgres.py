@@ -79,6 +79,7 @@ from ..models import Exchange, Status
 from ..text import index_tokens as tokens
 from .base import ChangeRecord, ExchangeFilter, IndexKind, Store, TopicRecord
 from .pg_migrations import PG_MIGRATIONS
+from .state import TopicMeta
 
 if TYPE_CHECKING:
     import psycopg
@@ -516,7 +517,7 @@ class PostgresStore(Store):
             keywords=list(row[5]), summary=row[6], start_seq=row[7], end_seq=row[8],
             size=int(row[9]), first_at=row[10], last_at=row[11], frozen=bool(row[12]),
             vec_sum=np.frombuffer(bytes(row[13]), dtype=np.float32).copy() if row[13] else None,
-            terms=dict(row[14]), created_seq=int(row[15]), meta=dict(row[16]),
+            terms=dict(row[14]), created_seq=int(row[15]), meta=TopicMeta.decode(row[16]),
         )
 
     def put_topic(self, rec: TopicRecord) -> None:
@@ -536,7 +537,7 @@ class PostgresStore(Store):
                     rec.id, rec.user_id, rec.kind, rec.parent_id, rec.title,
                     self._json(list(rec.keywords)), rec.summary, rec.start_seq, rec.end_seq,
                     rec.size, _utc(rec.first_at), _utc(rec.last_at), rec.frozen, vec,
-                    self._json(dict(rec.terms)), rec.created_seq, self._json(dict(rec.meta)),
+                    self._json(dict(rec.terms)), rec.created_seq, self._json(rec.meta.encode()),
                 ),
             )
 
@@ -739,6 +740,7 @@ class PostgresStore(Store):
                 (row[1], row[0], kind),
             )
 
+    # Long: one SQL statement (BM25 over tsvector with the filters) and its parameters.
     def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int,
                     where: ExchangeFilter | None = None) -> list[tuple[str, float]]:
         _check_kind(kind)

@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -51,6 +51,7 @@ from .base import (
     TopicRecord,
 )
 from .migrations import SQLITE_MIGRATIONS
+from .state import TopicMeta
 
 log = logging.getLogger("arbormem.store")
 
@@ -64,8 +65,9 @@ _ROWS = {"exchange": "exchanges", "topic": "topics"}
 COMMON_DF = 5_000
 
 
-def _uid_token(user_id: str) -> str:
-    # A token the unicode61 tokenizer keeps whole, so "uid : token" filters inside the MATCH.
+def uid_token(user_id: str) -> str:
+    """The user's key in the full-text tables: a token the unicode61 tokenizer keeps whole, so
+    "uid : token" filters inside the MATCH."""
     return "u" + hashlib.sha1(user_id.encode("utf-8")).hexdigest()[:20]
 
 
@@ -543,7 +545,7 @@ class SQLiteStore(Store):
             keywords=json.loads(row[5]), summary=row[6], start_seq=row[7], end_seq=row[8],
             size=row[9], first_at=_dt(row[10]), last_at=_dt(row[11]), frozen=bool(row[12]),
             vec_sum=np.frombuffer(row[13], dtype=np.float32).copy() if row[13] else None,
-            terms=json.loads(row[14]), created_seq=row[15], meta=json.loads(row[16]),
+            terms=json.loads(row[14]), created_seq=row[15], meta=TopicMeta.decode(json.loads(row[16])),
         )
 
     def put_topic(self, rec: TopicRecord) -> None:
@@ -560,7 +562,7 @@ class SQLiteStore(Store):
                 json.dumps(rec.keywords, ensure_ascii=False), rec.summary, rec.start_seq,
                 rec.end_seq, rec.size, _iso(rec.first_at), _iso(rec.last_at), int(rec.frozen),
                 vec, json.dumps(rec.terms, ensure_ascii=False), rec.created_seq,
-                json.dumps(rec.meta, ensure_ascii=False),
+                json.dumps(rec.meta.encode(), ensure_ascii=False),
             ),
         )
 
@@ -853,7 +855,7 @@ class SQLiteStore(Store):
             raise StoreError(f"no {kind} {item_id!r} to index")
         table = _FTS[kind]
         self._exec(f"DELETE FROM {table} WHERE rowid = ?", (rid,))
-        self._exec(f"INSERT INTO {table} (rowid, uid, body) VALUES (?, ?, ?)", (rid, _uid_token(user_id), text))
+        self._exec(f"INSERT INTO {table} (rowid, uid, body) VALUES (?, ?, ?)", (rid, uid_token(user_id), text))
 
     def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int,
                     where: ExchangeFilter | None = None) -> list[tuple[str, float]]:
@@ -878,7 +880,7 @@ class SQLiteStore(Store):
             f"SELECT r.id, f.s FROM (SELECT rowid AS rid, bm25({table}, 0.0, 1.0) AS s FROM {table} "
             f"WHERE {table} MATCH ?{inside} ORDER BY s LIMIT ?) f JOIN {_ROWS[kind]} r ON r.rid = f.rid "
             "ORDER BY f.s",
-            (_fts_query(_uid_token(user_id), terms), *([user_id, *params] if cond else []), int(k)),
+            (_fts_query(uid_token(user_id), terms), *([user_id, *params] if cond else []), int(k)),
         )
         # FTS5's bm25() is negative (smaller = better); flip it so higher = better.
         return [(r[0], -float(r[1])) for r in rows]
@@ -916,7 +918,7 @@ class SQLiteStore(Store):
     def delete_user(self, user_id: str) -> int:
         with self.transaction(user_id):
             n = int(self._exec("SELECT COUNT(*) FROM exchanges WHERE user_id = ?", (user_id,)).fetchone()[0])
-            uid = _uid_token(user_id)
+            uid = uid_token(user_id)
             for table in _FTS.values():
                 self._exec(f"DELETE FROM {table} WHERE uid = ?", (uid,))
             for table in ("exchanges", "topics", "vectors", "changes", "term_df", "user_state"):
@@ -951,6 +953,71 @@ class SQLiteStore(Store):
         if busy:
             log.warning("WAL checkpoint after a deletion was blocked by a reader; deleted text "
                         "stays in %s-wal until the next checkpoint", self.path)
+
+    # -- Exportable (store/migrate.py): what the contract does not expose, for lossless copies --
+    def iter_text(self, user_id: str, kind: IndexKind) -> Iterable[tuple[str, str]]:
+        """(id, full-text body) of the user's rows of ``kind``, by id."""
+        rows = self._rows(
+            f"SELECT r.id, f.body FROM {_FTS[kind]} f JOIN {_ROWS[kind]} r ON r.rid = f.rowid "
+            f"WHERE f.uid = ? AND r.user_id = ? ORDER BY r.id",
+            (uid_token(user_id), user_id),
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def iter_vector_ids(self, user_id: str, kind: IndexKind) -> list[str]:
+        rows = self._rows(
+            "SELECT item_id FROM vectors WHERE user_id = ? AND kind = ? ORDER BY item_id", (user_id, kind)
+        )
+        return [r[0] for r in rows]
+
+    def iter_term_df(self, user_id: str) -> list[tuple[str, int]]:
+        rows = self._rows("SELECT term, df FROM term_df WHERE user_id = ? ORDER BY term", (user_id,))
+        return [(r[0], int(r[1])) for r in rows]
+
+    def iter_meta(self) -> list[tuple[str, str]]:
+        return [(r[0], r[1]) for r in self._rows("SELECT key, value FROM meta ORDER BY key")]
+
+    def get_last_seq(self, user_id: str) -> int:
+        row = self._exec("SELECT last_seq FROM user_state WHERE user_id = ?", (user_id,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def ensure_seq(self, user_id: str, seq: int) -> None:
+        self._exec(
+            "INSERT INTO user_state (user_id, last_seq) VALUES (?, ?) ON CONFLICT (user_id) "
+            "DO UPDATE SET last_seq = MAX(last_seq, excluded.last_seq)",
+            (user_id, int(seq)),
+        )
+
+    def put_change(self, rec: ChangeRecord) -> None:
+        self._exec(
+            "INSERT OR IGNORE INTO changes (id, user_id, at, action, target_id, detail) "
+            "VALUES (?,?,?,?,?,?)",
+            (rec.id, rec.user_id, rec.at.isoformat(), rec.action, rec.target_id,
+             json.dumps(rec.detail, ensure_ascii=False, default=str)),
+        )
+
+    def raw_connection(self) -> sqlite3.Connection:
+        """This thread's connection, for ``arbormem check``, which must read what is on disk
+        (not what the caches believe). Read with it; write through the Store methods."""
+        return self._conn
+
+    def clear_derived(self, user_id: str, last_seq: int) -> None:
+        """Drop everything derived from the user's transcript (topics, vectors, full text, term
+        statistics, every exchange's topic), keeping the exchange rows; the sequence counter
+        is raised to ``last_seq`` if below. For a repair that places the transcript again in
+        the same transaction (``check.py``)."""
+        uid = uid_token(user_id)
+        for table in ("exchange_fts", "topic_fts"):
+            self._exec(f"DELETE FROM {table} WHERE uid = ?", (uid,))
+        for table in ("topics", "vectors", "term_df"):
+            self._exec(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
+        self._exec(
+            "INSERT INTO user_state (user_id, last_seq, del_gen) VALUES (?, ?, 1) "
+            "ON CONFLICT (user_id) DO UPDATE SET last_seq = MAX(last_seq, excluded.last_seq), "
+            "del_gen = del_gen + 1",
+            (user_id, last_seq),
+        )
+        self._exec("UPDATE exchanges SET topic_id = NULL WHERE user_id = ?", (user_id,))
 
     def purge_deleted_text(self) -> None:
         # FTS5 marks a deleted row in a new segment and keeps its tokens in the old ones until

@@ -110,7 +110,7 @@ async function showTopic(id) {
   const li = document.querySelector(`.node[data-id="${CSS.escape(id)}"]`);
   if (li) li.classList.add("selected");
   const n = ticket("topic");
-  const data = await api("GET", userPath(`/topics/${encodeURIComponent(id)}?tier=2`));
+  const data = await api("GET", userPath(`/topics/${encodeURIComponent(id)}?depth=2`));
   if (stale("topic", n)) return;
   const t = data.topic;
   $("topic").hidden = false;

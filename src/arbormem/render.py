@@ -34,7 +34,8 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from ..models import Exchange
+from .models import Exchange
+from .store.state import ExchangeMarks
 
 OPEN = "<memory-context>"
 #: What starts every line of a message after its first (see the module docstring).
@@ -137,12 +138,10 @@ def render_exchange(ex: Exchange, dated: bool = True, speakers: AbstractSet[str]
 def fact_mark(ex: Exchange) -> str:
     """``(superseded)`` / ``(update)`` for exchanges the organiser marked (organize/consolidate.py:
     a newer exchange corrected the older one's fact; both are shown, the reader sees which holds)."""
-    marks = ex.metadata.get("_arbormem") if isinstance(ex.metadata, Mapping) else None
-    if not isinstance(marks, Mapping):
-        return ""
-    if marks.get("superseded_by"):
+    marks = ExchangeMarks.of(ex.metadata)
+    if marks.superseded_by:
         return "(superseded)"
-    return "(update)" if marks.get("supersedes") else ""
+    return "(update)" if marks.supersedes else ""
 
 
 def packet_header(path: Sequence[str], day: str | None = None) -> str:
