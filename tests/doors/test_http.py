@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import httpx
 import pytest
@@ -21,7 +22,12 @@ def _client(live: LiveServer, headers: dict[str, str] | None = None) -> httpx.Cl
 
 def test_exchange_lifecycle_recall_tree_and_delete(live: LiveServer) -> None:
     with _client(live, A) as c:
-        assert c.get("/health").json()["status"] == "ok"
+        # "starting" while the model and token counter load in the background (issue 20); a
+        # loaded machine can take a few seconds for the token counter alone.
+        deadline = time.monotonic() + 60
+        while (health := c.get("/health").json())["status"] == "starting" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert health["status"] == "ok" and health["ready"] is True
         r = c.post("/v1/users/alice/exchanges", json={
             "messages": chat("Leo also hates olives.", "Got it: no olives for Leo."),
             "at": "2024-03-03T10:00:00Z", "metadata": {"app": "t"}, "session_id": "s1"})
@@ -69,6 +75,8 @@ def test_exchange_lifecycle_recall_tree_and_delete(live: LiveServer) -> None:
         assert t0["topic"]["title"] == leaf["title"] and "exchanges" not in t0
         t2 = c.get(f"/v1/users/alice/topics/{leaf['id']}", params={"depth": 2}).json()
         assert t2["detail"] and t2["detail_source"] == "extractive" and t2["exchanges"]
+        # ``tier`` is the old name of ``depth`` (issue 21 renamed it), still accepted.
+        assert c.get(f"/v1/users/alice/topics/{leaf['id']}", params={"tier": 2}).json() == t2
         tex = c.get(f"/v1/users/alice/topics/{leaf['id']}/exchanges").json()["exchanges"]
         assert {e["topic_id"] for e in tex} == {leaf["id"]} and len(tex) == leaf["size"]
         assert c.get("/v1/users/alice/stats").json()["completed"] == 5

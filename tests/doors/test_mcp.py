@@ -97,6 +97,7 @@ def test_tools_over_stdio(db: Path) -> None:
             assert t1["detail"] and t1["detail_source"] == "extractive" and "exchanges" not in t1
             t2 = _data(await client.call_tool("read_topic", {"topic_id": leaf, "depth": 2}))
             assert t2["exchanges"] and all(e["topic_id"] == leaf for e in t2["exchanges"])
+            assert _data(await client.call_tool("read_topic", {"topic_id": leaf, "tier": 2})) == t2  # old name
             assert "invalid_input" in _error(await client.call_tool("read_topic", {"topic_id": leaf, "depth": 7}))
 
             # Isolation: carol's ids are invisible to a server bound to alice.

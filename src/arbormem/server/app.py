@@ -711,8 +711,12 @@ def create_app(
 
     @r.get("/topics/{topic_id}", tags=["topics"], response_model=TopicRead, response_model_exclude_none=True,
            summary="A topic at a depth: 0 summary, 1 detailed summary, 2 verbatim exchanges")
-    def topic(user_id: str, topic_id: str, depth: int = Query(0, ge=0, le=2)) -> dict[str, Any]:
-        return views.read_topic(mem, user_id, topic_id, depth)
+    def topic(user_id: str, topic_id: str, depth: int = Query(0, ge=0, le=2),
+              tier: int | None = Query(None, ge=0, le=2, deprecated=True,
+                                       description="The old name of depth (same values), kept so "
+                                                   "clients written before the rename keep working.")
+              ) -> dict[str, Any]:
+        return views.read_topic(mem, user_id, topic_id, tier if tier is not None and depth == 0 else depth)
 
     @r.get("/topics/{topic_id}/exchanges", tags=["topics"], response_model=ExchangePage,
            summary="A topic's exchanges")

@@ -157,10 +157,10 @@ def create_server(memory: Memory, user_id: str, *, name: str = "arbormem") -> An
 
     @server.tool(annotations=read_only)
     @errors
-    def read_topic(topic_id: str, depth: int = 0) -> dict[str, Any]:
+    def read_topic(topic_id: str, depth: int = 0, tier: int | None = None) -> dict[str, Any]:
         """Read a topic at a depth: 0 = title, keywords and summary; 1 = a detailed summary;
-        2 = the verbatim exchanges."""
-        return views.read_topic(memory, uid, topic_id, depth)
+        2 = the verbatim exchanges. (``tier`` is the old name of ``depth``, still accepted.)"""
+        return views.read_topic(memory, uid, topic_id, tier if tier is not None and depth == 0 else depth)
 
     @server.tool(annotations=destructive)
     @errors
