@@ -64,6 +64,10 @@ _ROWS = {"exchange": "exchanges", "topic": "topics"}
 COMMON_DF = 5_000
 
 
+#: Bytes of the database file read through a memory map (the first 256 MB; past that, reads).
+MMAP_BYTES = 256 * 1024 * 1024
+
+
 def _uid_token(user_id: str) -> str:
     # A token the unicode61 tokenizer keeps whole, so "uid : token" filters inside the MATCH.
     return "u" + hashlib.sha1(user_id.encode("utf-8")).hexdigest()[:20]
@@ -228,6 +232,12 @@ class SQLiteStore(Store):
         if not self.memory:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
+            # Reads through a memory map instead of copies into a 2 MB page cache: a recall
+            # touches a few hundred rows scattered over the file (candidates' heads, whole
+            # exchanges, topics, full-text pages), which missed that cache at 10k exchanges
+            # (46 MB); their reads took ~1.4x as long (BENCHMARKS.md, "Recall stages").
+            # Only pages touched are mapped in, and they are the OS's page cache either way.
+            conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         conn.create_function("arbormem_us", 1, _epoch_us, deterministic=True)
         self._conns.append(conn)
