@@ -15,10 +15,12 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from ..config import RecallSettings
 from ..embed.base import Embedder
@@ -36,6 +38,43 @@ from .topics import TopicPaths
 
 if TYPE_CHECKING:  # pragma: no cover
     from .llm_plan import RecallPlanner
+
+_T = TypeVar("_T")
+LexicalHits = tuple[list[tuple[str, float]], list[tuple[str, float]]]
+
+
+class _Alongside:
+    """Runs a lexical search on a worker thread while the caller embeds the query.
+
+    The query's lexical searches (exchanges and topics) do not need its vector, and embedding
+    it is the longest step of a recall (~10-15 ms for MiniLM on one core); the searches are
+    mostly inside SQLite or PostgreSQL, outside the GIL, as is most of the model's work, so
+    they finish while the embedding runs (BENCHMARKS.md, "Recall stages"). Bounded: when every
+    worker is busy (many concurrent recalls) the search runs inline, as it did before."""
+
+    def __init__(self, workers: int = 4) -> None:
+        self.workers = workers
+        self._free = threading.BoundedSemaphore(workers)
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[[], _T]) -> Callable[[], _T]:
+        """Start ``fn``; returns what waits for its result (or runs it, if no worker is free)."""
+        if not self._free.acquire(blocking=False):
+            return fn
+        with self._lock:
+            if self._pool is None:  # created on first use: no threads at import
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="arbormem-recall")
+        try:
+            future = self._pool.submit(fn)
+        except RuntimeError:  # interpreter shutting down
+            self._free.release()
+            return fn
+        future.add_done_callback(lambda _: self._free.release())
+        return future.result
+
+
+_ALONGSIDE = _Alongside()
 
 
 class _Clock:
@@ -67,15 +106,16 @@ class Retriever:
         scores (``scoring.py``, stage by stage) and the topic relevance; ``reader`` holds every
         exchange read."""
         store, user_id, w = self.store, reader.user_id, self.s
+        lexical = self._lexical(user_id, q.terms, k, where, clock.timings)
+        wait = _ALONGSIDE.submit(lexical) if q.terms and store.reads_alongside() else lexical
         qvec = self.embedder.embed_one(query)
         clock.lap("embed")
         dense = store.vector_search(user_id, "exchange", qvec, k, where)
-        lex = store.text_search(user_id, "exchange", q.terms, k, where) if q.terms else []
         # A merged topic keeps its parts' centroids as aliases (organize/consolidate.py) and
         # ranks as its best part; ranks count parts as topics (see resolve_topic_hits).
         tdense = [(tid, r) for tid, _, r in resolve_topic_hits(
             store.vector_search(user_id, "topic", qvec, scoring.TOPIC_DENSE_ROWS)) if r < scoring.TOPIC_RANKS]
-        tlex = store.text_search(user_id, "topic", q.terms, scoring.TOPIC_RANKS) if q.terms else []
+        lex, tlex = wait()
         clock.lap("indexes")
 
         topic_norm = scoring.topic_relevance(
@@ -92,6 +132,20 @@ class Retriever:
         cands = scoring.candidates(ranking, dense, k, w)
         clock.lap("expand")
         return cands, topic_norm
+
+    def _lexical(self, user_id: str, terms: tuple[str, ...], k: int, where: ExchangeFilter | None,
+                 timings: dict[str, float]) -> Callable[[], LexicalHits]:
+        """The query's lexical searches (exchanges, topics) as one call; its own duration goes
+        to ``timings["lexical"]`` (it may overlap the embedding: see ``_Alongside``)."""
+        def run() -> LexicalHits:
+            if not terms:
+                return [], []
+            t0 = time.perf_counter()
+            lex = self.store.text_search(user_id, "exchange", terms, k, where)
+            tlex = self.store.text_search(user_id, "topic", terms, scoring.TOPIC_RANKS)
+            timings["lexical"] = (time.perf_counter() - t0) * 1000
+            return lex, tlex
+        return run
 
     def _now_and_size(self, user_id: str) -> tuple[datetime | None, int]:
         """What a query is read against, from the user's newest exchange (one row): its time

@@ -143,6 +143,12 @@ def meta_equal(have: Any, want: MetaValue) -> bool:
 class Store(ABC):
     """Persistence contract implemented by SQLiteStore and PostgresStore."""
 
+    def reads_alongside(self) -> bool:
+        """Capability: whether a read from another thread, started now, would see what this
+        thread sees (no transaction open here) and run alongside this thread's work. Recall
+        then runs its lexical searches while the query is embedded. Off by default."""
+        return False
+
     # -- lifecycle ---------------------------------------------------------------------------
     @abstractmethod
     def transaction(self, user_id: str) -> AbstractContextManager[None]:

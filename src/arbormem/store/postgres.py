@@ -306,6 +306,10 @@ class PostgresStore(Store):
             raise StoreError(f"PostgreSQL error: {exc}") from exc
 
     # -- lifecycle -----------------------------------------------------------------------------
+    def reads_alongside(self) -> bool:
+        # Every statement outside a transaction takes a pooled connection of its own.
+        return self._tx.get() is None
+
     @contextmanager
     def transaction(self, user_id: str) -> Iterator[None]:
         tx = self._tx.get()

@@ -257,6 +257,12 @@ class SQLiteStore(Store):
             self._local.conn = conn
         return conn
 
+    def reads_alongside(self) -> bool:
+        # A file has a connection per thread (an in-memory database shares one under a lock,
+        # so there is nothing to overlap); inside a transaction another connection would not
+        # see its writes.
+        return not self.memory and not self._closed and not self._conn.in_transaction
+
     @contextmanager
     def _guard(self) -> Iterator[sqlite3.Connection]:
         if self.memory:
