@@ -242,8 +242,7 @@ def _db_bytes(path: Path) -> int:
 
 def _pg_bytes(store: Any) -> int:
     """Size of the whole PostgreSQL database (meaningful when the bench had it to itself)."""
-    with store._conn() as conn:
-        return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
+    return int(store.database_bytes())
 
 
 # -- the run ----------------------------------------------------------------------------------

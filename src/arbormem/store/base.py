@@ -292,6 +292,39 @@ class Store(ABC):
         for n, group in sorted(by_delta.items()):
             self.add_term_df(user_id, group, delta=n)
 
+    # -- bulk loading (eval/scale.py; imports of whole histories) --------------------------
+    def load_exchanges(self, user_id: str, exchanges: Sequence[Exchange], vectors: np.ndarray,
+                       keys: Sequence[str]) -> None:
+        """Write completed exchanges of ``user_id``, in sequence order after those it holds,
+        with their vectors and lexical keys (one row each), in one transaction; the caller
+        places them (``topic_id``) and adds their term statistics (``add_term_counts``). Call
+        ``finish_load`` after the last ``load_*``. Through the contract by default; a store
+        may write the rows its own faster way (PostgreSQL: COPY)."""
+        ids = [ex.id for ex in exchanges]
+        with self.transaction(user_id):
+            for ex in exchanges:
+                self.insert_exchange(ex)
+            self.put_vectors(user_id, "exchange", ids, vectors)
+            for i, key in zip(ids, keys, strict=True):
+                self.put_text(user_id, "exchange", i, key)
+
+    def load_topics(self, user_id: str, topics: Sequence[TopicRecord], texts: Mapping[str, str]) -> None:
+        """Write tree nodes of ``user_id`` (the root included) with their centroid vectors and
+        the index texts in ``texts`` (by topic id; the root has none), in one transaction."""
+        indexed = [r for r in topics if r.id in texts]
+        with self.transaction(user_id):
+            for rec in topics:
+                self.put_topic(rec)
+            with_vec = [(r.id, c) for r in indexed if (c := r.centroid()) is not None]
+            if with_vec:
+                self.put_vectors(user_id, "topic", [i for i, _ in with_vec], np.stack([c for _, c in with_vec]))
+            for r in indexed:
+                self.put_text(user_id, "topic", r.id, texts[r.id])
+
+    def finish_load(self, user_id: str) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """After bulk loading: build what the store builds once over all rows (PostgreSQL:
+        the HNSW index and planner statistics)."""
+
     @abstractmethod
     def get_term_df(self, user_id: str, terms: Sequence[str]) -> dict[str, int]:
         """Document frequency of each known term (unknown terms are left out)."""
