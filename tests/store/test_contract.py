@@ -429,4 +429,6 @@ def test_bulk_load_writes_what_the_contract_reads(store: Store) -> None:
     assert [i for i, _ in store.text_search("bulk", "topic", ["violin"], 5)] == ["t1"]
     assert store.vector_search("bulk", "topic", unit(1, 0), 1)[0][0] == "t1"
     assert set(store.get_topics("bulk", ["r", "t1"])) == {"r", "t1"}
+    head = store.topic_heads("bulk", ["t1", "r", "nope"])
+    assert set(head) == {"t1", "r"} and head["t1"].title == "Notes" and head["t1"].parent_id == "r"
     assert store.next_seq("bulk") == 4

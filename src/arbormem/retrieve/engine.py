@@ -26,7 +26,7 @@ from ..config import RecallSettings
 from ..embed.base import Embedder
 from ..models import Exchange, Hit, Recall, RecallTrace, Topic
 from ..organize.consolidate import linked_topics, recall_marks, resolve_topic_hits
-from ..store.base import ExchangeFilter, Store, TopicRecord
+from ..store.base import ExchangeFilter, Store, TopicHead
 from ..tokens import TokenCounter
 from . import scoring
 from .pack import Packer, stopped
@@ -198,11 +198,11 @@ class Retriever:
         ]
 
     def recall(self, user_id: str, query: str, max_tokens: int, recent: int,
-               to_topic: Callable[[TopicRecord, tuple[str, ...]], Topic],
+               to_topic: Callable[[TopicHead, tuple[str, ...]], Topic],
                planner: RecallPlanner | None = None, where: ExchangeFilter | None = None,
                min_relevance: float | None = None) -> Recall:
         """The packed memory context; ``to_topic`` makes the public view of a packed topic
-        from its record and title path. ``where`` restricts every candidate and the recent
+        from its head and title path. ``where`` restricts every candidate and the recent
         window; ``min_relevance`` overrides the setting (0: fill the budget)."""
         t_start = time.perf_counter()
         timings: dict[str, float] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ..config import RecallSettings
 from ..models import Exchange
@@ -52,6 +52,7 @@ class Packer:
         self.blocks: dict[str, str] = {}
         self.cost: dict[str, int] = {}
         self.focus: dict[str, frozenset[str]] = {}
+        self.undated: dict[str, str] = {}
         # The best exchanges are packed whole until they have taken this many tokens; below
         # them, speaker focus may stand the asked participants' lines in for an exchange.
         self.whole_left = settings.speaker_focus_share * budget
@@ -75,6 +76,14 @@ class Packer:
             if ranked:
                 self.whole_left -= self.cost[ex.id]
         return self.blocks[ex.id]
+
+    def undated_block(self, ex: Exchange) -> str:
+        """The exchange without its day (its packet's header shows it), rendered once: the
+        context is rendered two or three times per recall (the refills)."""
+        block = self.undated.get(ex.id)
+        if block is None:
+            block = self.undated[ex.id] = render_exchange(ex, dated=False, speakers=self.focus.get(ex.id))
+        return block
 
     def take_recent(self, recent: list[Exchange]) -> int:
         """Recent exchanges first, newest back, capped to their share of the budget; returns
@@ -126,7 +135,7 @@ class Packer:
         t0 = time.perf_counter()
         # ``tree`` fetches each topic once: a refill only looks up the topics it added.
         paths = self.tree.paths(t for e in self.chosen if (t := e.topic_id))
-        out = render_context(self.chosen, recent, paths, self.blocks, self.focus)
+        out = render_context(self.chosen, recent, paths, self.blocks, self.undated_block)
         tokens = self.count(out)
         self.render_ms += (time.perf_counter() - t0) * 1000
         return out, tokens
@@ -165,7 +174,7 @@ class Packer:
 
 
 def render_context(chosen: list[Exchange], recent: list[Exchange], paths: Mapping[str, tuple[str, ...]],
-                   blocks: Mapping[str, str], focus: Mapping[str, frozenset[str]]) -> str:
+                   blocks: Mapping[str, str], undated: Callable[[Exchange], str]) -> str:
     """Topic packets in the order their first exchange happened, exchanges in order inside;
     when a packet's exchanges share a day it goes in the header once, otherwise on each
     exchange. The recent exchanges close the context."""
@@ -179,7 +188,7 @@ def render_context(chosen: list[Exchange], recent: list[Exchange], paths: Mappin
         days = {e.user_at.date() for e in exs}
         if len(days) == 1:
             header = packet_header(_short(paths.get(tid or "", ())), exs[0].user_at.date().isoformat())
-            packets.append((header, [render_exchange(e, dated=False, speakers=focus.get(e.id)) for e in exs]))
+            packets.append((header, [undated(e) for e in exs]))
         else:
             packets.append((packet_header(_short(paths.get(tid or "", ()))), [blocks[e.id] for e in exs]))
     if recent:

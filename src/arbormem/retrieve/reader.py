@@ -42,9 +42,9 @@ class ExchangeReader:
                 self.rows[ex.id] = ex
         return {i: x for i in ids if isinstance(x := self.rows.get(i), Exchange)}
 
-    def by_seq(self, seqs: Sequence[int], where: ExchangeFilter | None) -> list[Exchange]:
-        """Whole exchanges at these sequence numbers (not kept: the caller decides)."""
-        return self.store.exchanges_by_seq(self.user_id, seqs, where) if seqs else []
+    def by_seq(self, seqs: Sequence[int], where: ExchangeFilter | None) -> list[ExchangeHead]:
+        """Heads of the exchanges at these sequence numbers (not kept: the caller decides)."""
+        return self.store.heads_by_seq(self.user_id, seqs, where) if seqs else []
 
     def index_tokens(self, ex_id: str, part: int) -> list[str]:
         """Index tokens of a read exchange's user (``part`` 0) or assistant (1) text."""

@@ -63,6 +63,31 @@ class TopicRecord:
 
 
 @dataclass(frozen=True)
+class TopicHead:
+    """What a reader of the tree needs of a node (titles, path, span), without its vector sum,
+    term counts and organiser state: recall looks up a few dozen nodes per query."""
+
+    id: str
+    user_id: str
+    kind: TopicKind
+    parent_id: str | None
+    title: str
+    keywords: tuple[str, ...]
+    summary: str
+    start_seq: int | None
+    end_seq: int | None
+    size: int
+    first_at: datetime | None
+    last_at: datetime | None
+    frozen: bool
+
+    @classmethod
+    def of(cls, rec: TopicRecord) -> TopicHead:
+        return cls(rec.id, rec.user_id, rec.kind, rec.parent_id, rec.title, tuple(rec.keywords), rec.summary,
+                   rec.start_seq, rec.end_seq, rec.size, rec.first_at, rec.last_at, rec.frozen)
+
+
+@dataclass(frozen=True)
 class ChangeRecord:
     """One logged change of the tree (placement, split, merge, archive, ...)."""
 
@@ -201,6 +226,14 @@ class Store(ABC):
                              {MARKS_KEY: e.metadata[MARKS_KEY]} if MARKS_KEY in e.metadata else {})
                 for e in self.get_exchanges(user_id, ids)]
 
+    def heads_by_seq(self, user_id: str, seqs: Sequence[int],
+                     where: ExchangeFilter | None = None) -> list[ExchangeHead]:
+        """Scoring fields of the user's exchanges with these sequence numbers (recall's
+        neighbours: most are only scored, never shown; stores may override cheaply)."""
+        return [ExchangeHead(e.id, e.seq, e.session_id, e.topic_id, e.user_at, e.status, e.archived,
+                             {MARKS_KEY: e.metadata[MARKS_KEY]} if MARKS_KEY in e.metadata else {})
+                for e in self.exchanges_by_seq(user_id, seqs, where)]
+
     def exchanges_by_seq(self, user_id: str, seqs: Sequence[int],
                          where: ExchangeFilter | None = None) -> list[Exchange]:
         """The user's exchanges with these sequence numbers (stores may override with one query)."""
@@ -242,6 +275,10 @@ class Store(ABC):
             if rec is not None and rec.user_id == user_id:
                 out[tid] = rec
         return out
+
+    def topic_heads(self, user_id: str, ids: Sequence[str]) -> dict[str, TopicHead]:
+        """The user's nodes with these ids, as heads (stores may override cheaply)."""
+        return {i: TopicHead.of(r) for i, r in self.get_topics(user_id, ids).items()}
 
     @abstractmethod
     def list_topics(self, user_id: str, parent_id: str | None | Literal["*"] = "*") -> list[TopicRecord]:
