@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -434,7 +434,7 @@ class ScaleReport(_Serializable):
 
 
 def _stages(traces: list[dict[str, float]]) -> dict[str, float]:
-    keys = ("embed", "indexes", "fuse", "pack", "total")
+    keys = ("embed", "lexical", "indexes", "fuse", "expand", "pack", "render", "total")
     return {k: round(statistics.median(t.get(k, 0.0) for t in traces), 2) for k in keys}
 
 
@@ -663,6 +663,11 @@ def merge_scale(new: ScaleReport, older: Sequence[ScaleReport]) -> ScaleReport:
     return replace(new, results=tuple(results), notes=tuple(notes))
 
 
+def _stage(stages: Mapping[str, float], key: str) -> str:
+    """A stage's p50 for the table ("-": a report from before the stage was timed)."""
+    return f"{stages[key]:.1f}" if key in stages else "-"
+
+
 def scale_markdown(rep: ScaleReport) -> str:
     """The scale table, with each size's p95 as a multiple of the smallest size's (per store)."""
     lines = [
@@ -671,7 +676,7 @@ def scale_markdown(rep: ScaleReport) -> str:
         + (f" Command: `{rep.command}`." if rep.command else ""),
         "",
         "| store | exchanges | topics | bulk load s (exchanges/s) | disk bytes / exchange | first recall ms "
-        "| recall p50 / p95 / p99 ms | p95 vs smallest | stages p50 ms: indexes / fuse / pack | answer found "
+        "| recall p50 / p95 / p99 ms | p95 vs smallest | stages p50 ms: lexical / indexes / fuse / expand / pack / render | answer found "
         "| concurrent clients: p50 / p95 ms, recalls/s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -687,7 +692,7 @@ def scale_markdown(rep: ScaleReport) -> str:
             f"| {r.bytes_per_exchange:,.0f} | {r.first_recall_ms:,.0f}"
             + (f" (ANN graph ready after {r.ann_ready_s:,.0f} s)" if r.ann_ready_s >= 1 else "") + " "
             f"| {r.recall_ms['p50']:.1f} / {r.recall_ms['p95']:.1f} / {r.recall_ms['p99']:.1f} "
-            f"| {r.recall_ms['p95'] / base[r.store]:.2f}x | {s['indexes']:.1f} / {s['fuse']:.1f} / {s['pack']:.1f} "
+            f"| {r.recall_ms['p95'] / base[r.store]:.2f}x | {_stage(s, 'lexical')} / {_stage(s, 'indexes')} / {_stage(s, 'fuse')} / {_stage(s, 'expand')} / {_stage(s, 'pack')} / {_stage(s, 'render')} "
             f"| {r.answer_rate:.0%} | {conc} |")
     lines += [""] + [f"- {n}" for n in rep.notes]
     return "\n".join(lines).rstrip() + "\n"
