@@ -49,7 +49,7 @@ from .reembed import reembed
 from .retrieve.engine import Retriever
 from .retrieve.llm_plan import RecallPlanner
 from .retrieve.topics import TopicPaths
-from .store.base import Store, TopicRecord
+from .store.base import Store, TopicHead, TopicRecord
 from .text import term_counts
 from .tokens import TokenCounter
 
@@ -740,7 +740,7 @@ def _skipped(found: Mapping[int, str]) -> tuple[SkippedItem, ...]:
     return tuple(SkippedItem(index=i, exchange_id=x) for i, x in sorted(found.items()))
 
 
-def _topic(rec: TopicRecord, depth: int, path: tuple[str, ...], children: tuple[Topic, ...]) -> Topic:
+def _topic(rec: TopicRecord | TopicHead, depth: int, path: tuple[str, ...], children: tuple[Topic, ...]) -> Topic:
     return Topic(
         id=rec.id, user_id=rec.user_id, kind=rec.kind, parent_id=rec.parent_id, title=rec.title,
         keywords=tuple(rec.keywords), summary=rec.summary, start_seq=rec.start_seq,

@@ -38,17 +38,20 @@ STOPWORDS = frozenset(
 
 def terms(text: str) -> list[str]:
     """Content terms of ``text`` in order (lower-case words, stop words dropped)."""
-    out = []
-    for w in _WORD.findall(text.lower()):
-        w = w.replace("’", "'")
-        if w.endswith("'s"):
-            w = w[:-2]
-        if len(w) < 2 and not w.isdigit():
-            continue
-        if w in STOPWORDS:
-            continue
-        out.append(w)
-    return out
+    return [t for w in _WORD.findall(text.lower()) if (t := _term(w))]
+
+
+@functools.lru_cache(maxsize=100_000)
+def _term(w: str) -> str:
+    """The term a lower-cased word stands for, or "" (a stop word or a single letter). Cached:
+    recall reads the same words in dozens of exchanges per query (word frequencies are Zipfian),
+    and the per-word checks were most of what reading them cost."""
+    w = w.replace("’", "'")
+    if w.endswith("'s"):
+        w = w[:-2]
+    if (len(w) < 2 and not w.isdigit()) or w in STOPWORDS:
+        return ""
+    return w
 
 
 def identifier_like(term: str) -> bool:
@@ -141,6 +144,8 @@ def index_tokens(text: str) -> list[str]:
     """Index tokens: Unicode letter/digit runs, lower-cased, diacritics removed, English words
     Porter-stemmed. The PostgreSQL store indexes these; SQLite's FTS5 tokenizer
     (``porter unicode61``) makes the same."""
-    folded = unicodedata.normalize("NFKD", text.lower())
-    folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
+    folded = text.lower()
+    if not folded.isascii():  # (ASCII text has nothing to decompose: skip the per-character pass)
+        folded = unicodedata.normalize("NFKD", folded)
+        folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
     return [stem(w) for w in _INDEX_WORD.findall(folded) if len(w) <= _MAX_LEXEME]

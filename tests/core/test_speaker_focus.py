@@ -64,7 +64,7 @@ def test_whole_exchanges_when_off_when_both_are_named_and_in_plain_chats(tmp_pat
 
 
 def test_a_name_is_matched_by_its_words_or_their_start() -> None:
-    from arbormem.retrieve.engine import _names
+    from arbormem.retrieve.pack import names as _names
 
     assert _names("Melanie", {"mel", "kids"})          # a nickname: the start of the name
     assert _names("Mary Ann", {"ann"}) and _names("Jon", {"jon"})

@@ -120,7 +120,7 @@ def test_run_scale_in_fresh_processes_removes_its_sqlite_files(tmp_path: Path) -
     cfgs = [ScaleConfig(size=s, queries=4, dim=32, db_dir=str(tmp_path), progress=False) for s in (300, 600)]
     rep = run_scale(cfgs, isolate=True)
     assert [r.size for r in rep.results] == [300, 600]
-    assert all(r.store == "sqlite" and r.clients == 0 and r.load.index_s == 0 for r in rep.results)
+    assert all(r.store == "sqlite" and r.clients == 0 and r.load.index_s < 1.0 for r in rep.results)
     assert list(tmp_path.iterdir()) == []
 
 

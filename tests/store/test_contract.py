@@ -412,3 +412,24 @@ def test_change_log_newest_first_with_filters(store: Store) -> None:
     assert [c.action for c in store.list_changes("u", "t1")] == ["act3", "act1"]
     assert len(store.list_changes("u", limit=2)) == 2
     assert [c.user_id for c in store.list_changes("v")] == ["v"]
+
+
+def test_bulk_load_writes_what_the_contract_reads(store: Store) -> None:
+    """Store.load_exchanges / load_topics / finish_load (the scale benchmark's loader; COPY on
+    PostgreSQL): rows, vectors, lexical keys, the tree and the sequence counter."""
+    exs = [ex("bulk", s, f"note {s} about {w}", topic="t1") for s, w in ((1, "violin"), (2, "garden"), (3, "taxes"))]
+    store.load_exchanges("bulk", exs, np.stack([unit(1, 0), unit(0, 1), unit(1, 1)]),
+                         [e.user_text for e in exs])
+    root = topic("bulk", "r", kind="root")
+    leaf = topic("bulk", "t1", "r", title="Notes", vec_sum=unit(1, 0) * 3)
+    store.load_topics("bulk", [root, leaf], {"t1": "Notes violin garden taxes"})
+    store.finish_load("bulk")
+    assert [e.id for e in store.get_exchanges("bulk", [e.id for e in exs])] == [e.id for e in exs]
+    assert store.vector_search("bulk", "exchange", unit(0, 1), 1)[0][0] == exs[1].id
+    assert [i for i, _ in store.text_search("bulk", "exchange", ["garden"], 5)] == [exs[1].id]
+    assert [i for i, _ in store.text_search("bulk", "topic", ["violin"], 5)] == ["t1"]
+    assert store.vector_search("bulk", "topic", unit(1, 0), 1)[0][0] == "t1"
+    assert set(store.get_topics("bulk", ["r", "t1"])) == {"r", "t1"}
+    head = store.topic_heads("bulk", ["t1", "r", "nope"])
+    assert set(head) == {"t1", "r"} and head["t1"].title == "Notes" and head["t1"].parent_id == "r"
+    assert store.next_seq("bulk") == 4

@@ -14,8 +14,10 @@ Workloads:
 
 from __future__ import annotations
 
+import os
 import random
 import resource
+import sys
 import tempfile
 import threading
 import time
@@ -79,6 +81,13 @@ class BenchResult(Serializable):
     bytes_per_exchange: float
     seconds: float
     store: str = "sqlite"
+    #: Recall's stages, p50 ms over the timed recalls (``Recall.trace.timings_ms``: query,
+    #: embed, lexical (alongside the embedding), indexes, fuse, expand, pack, render, total).
+    stage_ms: dict[str, float] = field(default_factory=dict)
+    #: The torch threads setting and the machine's 1-minute load average before and after
+    #: (figures from a shared machine are only comparable within one run).
+    torch_threads: int = 0
+    load_avg: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -226,6 +235,19 @@ class _PeakRSS:
         self.peak = max(self.peak, _rss_mb())
 
 
+def _load() -> float:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # not on this platform
+        return 0.0
+
+
+def _torch_threads() -> int:
+    """torch's intra-op threads if torch is loaded (the local embedder sets them), else 0."""
+    torch = sys.modules.get("torch")
+    return int(torch.get_num_threads()) if torch is not None else 0
+
+
 def _pcts(ms: Sequence[float]) -> dict[str, float]:
     a = np.asarray(ms, dtype=np.float64)
     return {
@@ -242,8 +264,7 @@ def _db_bytes(path: Path) -> int:
 
 def _pg_bytes(store: Any) -> int:
     """Size of the whole PostgreSQL database (meaningful when the bench had it to itself)."""
-    with store._conn() as conn:
-        return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
+    return int(store.database_bytes())
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -256,6 +277,7 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
     from ..memory import Memory
 
     t_start = time.perf_counter()
+    load_before = _load()
     emb = embedder if embedder is not None else make_embedder(cfg.embedder)
     total = cfg.size + cfg.one_by_one
     if cfg.workload == "synthetic":
@@ -324,6 +346,7 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
                 # recall latency, each call paired with embedding the same query alone
                 mem.recall(queries[0], user_id="bench", max_tokens=cfg.budget)  # warm caches
                 one_q, recall_ms, tokens = [], [], []
+                stages: dict[str, list[float]] = {}
                 for q in tqdm(queries, desc=f"{desc}: recall", disable=not cfg.progress, leave=False):
                     t0 = time.perf_counter()
                     emb.embed([q])
@@ -332,6 +355,8 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
                     r = mem.recall(q, user_id="bench", max_tokens=cfg.budget)
                     recall_ms.append((time.perf_counter() - t0) * 1000)
                     tokens.append(r.tokens)
+                    for stage, ms in r.trace.timings_ms.items():
+                        stages.setdefault(stage, []).append(ms)
                 disk = _pg_bytes(mem.store) if cfg.store == "postgres" else 0
             finally:
                 mem.close()
@@ -363,6 +388,9 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
         bytes_per_exchange=disk / (len(bulk) + n_single),
         seconds=time.perf_counter() - t_start,
         store=cfg.store,
+        stage_ms={k: round(float(np.percentile(v, 50)), 2) for k, v in stages.items()},
+        torch_threads=_torch_threads(),
+        load_avg=(load_before, _load()),
     )
 
 
@@ -416,7 +444,8 @@ def load_report(path: str | Path) -> BenchReport:
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        results = tuple(BenchResult(**r) for r in data["results"])
+        results = tuple(BenchResult(**{**r, "load_avg": tuple(r.get("load_avg", (0.0, 0.0)))})
+                        for r in data["results"])
         return BenchReport(results, data["machine"], data["date"], data.get("command", ""),
                            tuple(data.get("notes", ())), data.get("version", ""))
     except (OSError, ValueError, KeyError, TypeError) as exc:

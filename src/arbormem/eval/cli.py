@@ -361,7 +361,10 @@ def _bench_pipeline(sizes: Sequence[int], store: str, databases: Callable[[], Ab
             f"{r.recall_ratio['p50']:.2f}x one query embedding ({r.recall_ms['p50']:.1f} ms vs "
             f"{r.one_query_embed_ms['p50']:.1f} ms), p95 {r.recall_ratio['p95']:.2f}x, "
             f"p99 {r.recall_ratio['p99']:.2f}x, peak RSS {r.peak_rss_mb:,.0f} MB, "
-            f"{r.bytes_per_exchange:,.0f} bytes/exchange", err=True)
+            f"{r.bytes_per_exchange:,.0f} bytes/exchange; recall stages p50 ms: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in r.stage_ms.items())
+            + f"; torch threads {r.torch_threads}, load average {r.load_avg[0]:.1f} -> {r.load_avg[1]:.1f}",
+            err=True)
         done.append(r)
         if json_out:  # keep what a long run measured so far
             part = BenchReport(tuple(done), "", "", command=_command_line())

@@ -171,6 +171,19 @@ def locomo_chart(rep: LocomoReport, path: str | Path) -> Path:
     return out
 
 
+def _stage_table(rep: BenchReport) -> list[str]:
+    """Recall's stages (p50 ms, ``Recall.trace.timings_ms``) per row, when the run kept them."""
+    order = ("query", "embed", "lexical", "indexes", "fuse", "expand", "pack", "render", "total")
+    rows = [r for r in rep.results if r.stage_ms]
+    if not rows:
+        return []
+    keys = [k for k in order if any(k in r.stage_ms for r in rows)]
+    body = [[r.workload, f"{r.size:,}", *(f"{r.stage_ms[k]:.1f}" if k in r.stage_ms else "-" for k in keys),
+             str(r.torch_threads or "-"), f"{r.load_avg[0]:.1f} -> {r.load_avg[1]:.1f}"] for r in rows]
+    return ["Recall stages, p50 ms (`lexical` runs alongside `embed`):", "",
+            _table(["workload", "exchanges", *keys, "torch threads", "load average"], body), ""]
+
+
 def bench_markdown(rep: BenchReport) -> str:
     """The bench report: throughput and latency as ratios to the embedder, memory, disk."""
     head = ["workload", "exchanges", "raw embed /s", "bulk ingest /s", "bulk / raw",
@@ -197,6 +210,7 @@ def bench_markdown(rep: BenchReport) -> str:
         "",
         _table(head, rows),
         "",
+        *_stage_table(rep),
         "Ratios compare with the same embedder on the same texts in the same process: bulk and "
         "one-by-one ingest throughput over raw batch-embedding throughput (higher is better, 1.0 "
         "= ingest costs no more than embedding); recall latency over embedding one query "

@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -312,7 +312,7 @@ class LoadStats(Serializable):
     subjects: int
     prepare_s: float     # synthesising texts, vectors, term statistics and the tree
     write_s: float       # writing rows and indexes (on PostgreSQL: COPY + topics)
-    index_s: float       # PostgreSQL: building the HNSW index and ANALYZE; SQLite: 0
+    index_s: float       # Store.finish_load: PostgreSQL builds the HNSW index and ANALYZEs; SQLite ~0
     seconds: float
 
 
@@ -344,40 +344,24 @@ def bulk_load(store: Store, world: World, size: int, *, user_id: str = "scale", 
 
     from ..organize.tree import topic_index_text
 
-    is_pg = type(store).__name__ == "PostgresStore"
-    if is_pg:
-        _copy_postgres(store, h, vecs, leaf_of, user_id, progress)
-        _copy_pg_topics(store, nodes, user_id)
-    else:
-        for lo in range(0, size, chunk):
-            hi = min(size, lo + chunk)
-            with store.transaction(user_id):
-                for i in range(lo, hi):
-                    store.insert_exchange(_exchange(h, i, user_id, leaf_of[i]))
-                store.put_vectors(user_id, "exchange", h.ids[lo:hi], vecs[lo:hi])
-                for i in range(lo, hi):
-                    store.put_text(user_id, "exchange", h.ids[i], lexical_key(h, i))
-            _log(progress and (hi // chunk) % 10 == 0, f"{size:,}: {hi:,} exchanges written")
-        inner = [r for r in nodes if r.kind != "root"]
-        with store.transaction(user_id):
-            for rec in nodes:
-                store.put_topic(rec)
-        for lo in range(0, len(inner), chunk):
-            part = inner[lo : lo + chunk]
-            with store.transaction(user_id):
-                store.put_vectors(user_id, "topic", [r.id for r in part],
-                                  np.stack([r.centroid() for r in part]))  # type: ignore[misc]
-                for r in part:
-                    store.put_text(user_id, "topic", r.id, topic_index_text(r))
+    # The store's own bulk path (Store.load_exchanges / load_topics / finish_load): through
+    # the contract on SQLite, COPY on PostgreSQL.
+    for lo in range(0, size, chunk):
+        hi = min(size, lo + chunk)
+        store.load_exchanges(user_id, [_exchange(h, i, user_id, leaf_of[i]) for i in range(lo, hi)],
+                             vecs[lo:hi], [lexical_key(h, i) for i in range(lo, hi)])
+        _log(progress and (hi // chunk) % 10 == 0, f"{size:,}: {hi:,} exchanges written")
+    root, inner = nodes[:1], nodes[1:]
+    for lo in range(0, len(inner), chunk):
+        part = inner[lo : lo + chunk]
+        store.load_topics(user_id, (root if lo == 0 else []) + part, {r.id: topic_index_text(r) for r in part})
     with store.transaction(user_id):
         store.add_term_counts(user_id, df)
     store.set_meta("embedder", SubjectEmbedder(world).spec)
     written = time.perf_counter()
-    index_s = 0.0
-    if is_pg:
-        _log(progress, f"{size:,}: rows written in {written - prepared:.0f} s; building the HNSW index")
-        _build_pg_index(store, user_id, h.ids[-1], vecs[-1])
-        index_s = time.perf_counter() - written
+    _log(progress, f"{size:,}: rows written in {written - prepared:.0f} s; finishing (indexes, statistics)")
+    store.finish_load(user_id)
+    index_s = time.perf_counter() - written
     stats = LoadStats(exchanges=size, topics=len(nodes) - 1, subjects=world.subjects,
                       prepare_s=prepared - t0, write_s=written - prepared, index_s=index_s,
                       seconds=time.perf_counter() - t0)
@@ -394,106 +378,6 @@ def _exchange(h: History, i: int, user_id: str, topic_id: str) -> Exchange:
         user_text=user, assistant_text=assistant, user_at=h.times[i], assistant_at=h.times[i],
         topic_id=topic_id,
     )
-
-
-def _copy_postgres(store: Any, h: History, vecs: np.ndarray, leaf_of: list[str], user_id: str,
-                   progress: bool) -> None:
-    """PostgreSQL bulk path: COPY the exchange rows, their text entries (tsvector made by the
-    store's own tokenizer) and every vector, in one transaction. The vector rows go in before
-    any HNSW index exists, so ``_build_pg_index`` builds it once over all of them."""
-    import json
-
-    from ..store.postgres import _tsvector_literal, tokens
-
-    n = len(h)
-    total_len = 0
-    with store._conn() as conn, conn.cursor() as cur:
-        with cur.copy("COPY arbormem_exchanges (id, user_id, session_id, seq, status, messages, user_text, "
-                      "assistant_text, user_at, assistant_at, metadata, topic_id) FROM STDIN") as cp:
-            for i in range(n):
-                msgs = [{"role": "user", "content": h.user_texts[i]},
-                        {"role": "assistant", "content": h.assistant_texts[i]}]
-                cp.write_row((h.ids[i], user_id, h.sessions[i], i + 1, "completed",
-                              json.dumps(msgs, ensure_ascii=False), h.user_texts[i], h.assistant_texts[i],
-                              h.times[i], h.times[i], "{}", leaf_of[i]))
-        _log(progress, f"{n:,}: exchange rows copied")
-        with cur.copy("COPY arbormem_text (kind, item_id, user_id, body, tsv, doclen) FROM STDIN") as cp:
-            for i in range(n):
-                body = lexical_key(h, i)
-                toks = tokens(body)
-                total_len += len(toks)
-                cp.write_row(("exchange", h.ids[i], user_id, body, _tsvector_literal(toks), len(toks)))
-        _log(progress, f"{n:,}: text entries copied")
-        conn.execute(
-            "INSERT INTO arbormem_text_stats (user_id, kind, n_docs, total_len) VALUES (%s, 'exchange', %s, %s) "
-            "ON CONFLICT (user_id, kind) DO UPDATE SET n_docs = arbormem_text_stats.n_docs + excluded.n_docs, "
-            "total_len = arbormem_text_stats.total_len + excluded.total_len", (user_id, n, total_len))
-        conn.execute(
-            "INSERT INTO arbormem_users (user_id, last_seq) VALUES (%s, %s) ON CONFLICT (user_id) DO UPDATE "
-            "SET last_seq = GREATEST(arbormem_users.last_seq, excluded.last_seq)", (user_id, n))
-        with cur.copy("COPY arbormem_vectors (kind, item_id, user_id, dim, embedding) FROM STDIN "
-                      "WITH (FORMAT BINARY)") as cp:
-            cp.set_types(["text", "text", "text", "int4", "vector"])
-            dim = vecs.shape[1]
-            for i in range(n):
-                cp.write_row(("exchange", h.ids[i], user_id, dim, vecs[i]))
-        _log(progress, f"{n:,}: exchange vectors copied")
-
-
-def _copy_pg_topics(store: Any, nodes: list[TopicRecord], user_id: str) -> None:
-    """PostgreSQL: COPY the topic rows, their text entries and centroids. (Through the contract,
-    each ``put_text`` also bumps the user's one BM25 stats row; 285k updates of one row in one
-    transaction grow a version chain every later update walks, so that path went quadratic.)"""
-    import json
-
-    from ..organize.tree import topic_index_text
-    from ..store.postgres import _tsvector_literal, tokens
-
-    def js(value: Any) -> str:
-        return json.dumps(value, ensure_ascii=False)
-
-    inner = [r for r in nodes if r.kind != "root"]
-    total_len = 0
-    with store._conn() as conn, conn.cursor() as cur:
-        with cur.copy("COPY arbormem_topics (id, user_id, kind, parent_id, title, keywords, summary, start_seq, "
-                      "end_seq, size, first_at, last_at, frozen, vec_sum, terms, created_seq, meta) FROM STDIN") as cp:
-            for r in nodes:
-                vec = r.vec_sum.astype(np.float32).tobytes() if r.vec_sum is not None else None
-                cp.write_row((r.id, user_id, r.kind, r.parent_id, r.title, js(list(r.keywords)), r.summary,
-                              r.start_seq, r.end_seq, r.size, r.first_at, r.last_at, r.frozen, vec,
-                              js(dict(r.terms)), r.created_seq, js(r.meta.encode())))
-        with cur.copy("COPY arbormem_text (kind, item_id, user_id, body, tsv, doclen) FROM STDIN") as cp:
-            for r in inner:
-                body = topic_index_text(r)
-                toks = tokens(body)
-                total_len += len(toks)
-                cp.write_row(("topic", r.id, user_id, body, _tsvector_literal(toks), len(toks)))
-        conn.execute(
-            "INSERT INTO arbormem_text_stats (user_id, kind, n_docs, total_len) VALUES (%s, 'topic', %s, %s) "
-            "ON CONFLICT (user_id, kind) DO UPDATE SET n_docs = arbormem_text_stats.n_docs + excluded.n_docs, "
-            "total_len = arbormem_text_stats.total_len + excluded.total_len", (user_id, len(inner), total_len))
-        with cur.copy("COPY arbormem_vectors (kind, item_id, user_id, dim, embedding) FROM STDIN "
-                      "WITH (FORMAT BINARY)") as cp:
-            cp.set_types(["text", "text", "text", "int4", "vector"])
-            for r in inner:
-                c = r.centroid()
-                if c is not None:
-                    cp.write_row(("topic", r.id, user_id, int(c.shape[0]), c))
-
-
-def _build_pg_index(store: Any, user_id: str, last_id: str, last_vec: np.ndarray) -> None:
-    """Re-put one vector through the contract: the store creates its HNSW index over every row
-    loaded so far (one bulk build), then ANALYZE gives the planner the partition's size (so it
-    picks the HNSW scan over the exact sort for the big partition)."""
-    with store.transaction(user_id):
-        with store._conn() as conn:
-            # A build whose graph does not fit in maintenance_work_mem slows down many times
-            # (1M 384-d vectors plus topics need ~3 GB: pgvector allocates only what it uses).
-            conn.execute("SET LOCAL maintenance_work_mem = '6GB'")
-            conn.execute("SET LOCAL max_parallel_maintenance_workers = 1")
-        store.put_vectors(user_id, "exchange", [last_id], last_vec[None, :])
-    with store._conn() as conn:
-        conn.execute("ANALYZE")
 
 
 # -- measuring --------------------------------------------------------------------------------
@@ -551,7 +435,7 @@ class ScaleReport(Serializable):
 
 
 def _stages(traces: list[dict[str, float]]) -> dict[str, float]:
-    keys = ("embed", "indexes", "fuse", "pack", "total")
+    keys = ("embed", "lexical", "indexes", "fuse", "expand", "pack", "render", "total")
     return {k: round(statistics.median(t.get(k, 0.0) for t in traces), 2) for k in keys}
 
 
@@ -682,8 +566,7 @@ def run_size(cfg: ScaleConfig) -> ScaleResult:
             timed = queries[3 : 3 + cfg.queries]
             ms, traces, answer_rate, tokens = time_recalls(mem, timed, ids, "scale", cfg.budget)
             if cfg.store == "postgres":
-                with mem.store._conn() as conn:  # type: ignore[attr-defined]
-                    disk = int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
+                disk = mem.store.database_bytes()
             else:
                 mem.close()  # saves the ANN graphs beside the database: count them too
                 graphs = path.with_name(path.name + ".ann")
@@ -781,6 +664,11 @@ def merge_scale(new: ScaleReport, older: Sequence[ScaleReport]) -> ScaleReport:
     return replace(new, results=tuple(results), notes=tuple(notes))
 
 
+def _stage(stages: Mapping[str, float], key: str) -> str:
+    """A stage's p50 for the table ("-": a report from before the stage was timed)."""
+    return f"{stages[key]:.1f}" if key in stages else "-"
+
+
 def scale_markdown(rep: ScaleReport) -> str:
     """The scale table, with each size's p95 as a multiple of the smallest size's (per store)."""
     lines = [
@@ -789,7 +677,7 @@ def scale_markdown(rep: ScaleReport) -> str:
         + (f" Command: `{rep.command}`." if rep.command else ""),
         "",
         "| store | exchanges | topics | bulk load s (exchanges/s) | disk bytes / exchange | first recall ms "
-        "| recall p50 / p95 / p99 ms | p95 vs smallest | stages p50 ms: indexes / fuse / pack | answer found "
+        "| recall p50 / p95 / p99 ms | p95 vs smallest | stages p50 ms: lexical / indexes / fuse / expand / pack / render | answer found "
         "| concurrent clients: p50 / p95 ms, recalls/s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -805,7 +693,7 @@ def scale_markdown(rep: ScaleReport) -> str:
             f"| {r.bytes_per_exchange:,.0f} | {r.first_recall_ms:,.0f}"
             + (f" (ANN graph ready after {r.ann_ready_s:,.0f} s)" if r.ann_ready_s >= 1 else "") + " "
             f"| {r.recall_ms['p50']:.1f} / {r.recall_ms['p95']:.1f} / {r.recall_ms['p99']:.1f} "
-            f"| {r.recall_ms['p95'] / base[r.store]:.2f}x | {s['indexes']:.1f} / {s['fuse']:.1f} / {s['pack']:.1f} "
+            f"| {r.recall_ms['p95'] / base[r.store]:.2f}x | {_stage(s, 'lexical')} / {_stage(s, 'indexes')} / {_stage(s, 'fuse')} / {_stage(s, 'expand')} / {_stage(s, 'pack')} / {_stage(s, 'render')} "
             f"| {r.answer_rate:.0%} | {conc} |")
     lines += [""] + [f"- {n}" for n in rep.notes]
     return "\n".join(lines).rstrip() + "\n"

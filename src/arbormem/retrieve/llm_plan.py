@@ -29,7 +29,8 @@ from ..store.base import ExchangeHead
 from ..text import terms
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Retriever, _Cand
+    from .engine import Retriever
+    from .scoring import Candidate
 
 
 class _PlanSchema(QueryPlan):
@@ -108,13 +109,14 @@ class RecallPlanner:
         user_id: str,
         query: str,
         now: datetime | None,
-        cands: MutableMapping[str, _Cand],
+        cands: MutableMapping[str, Candidate],
         topic_norm: Mapping[str, float],
         exchanges: MutableMapping[str, Exchange | ExchangeHead],
         offline_range: tuple[datetime, datetime] | None,
     ) -> list[str]:
         """Plan, then lift the candidates the plan points at. Returns notes for the trace."""
-        from .engine import RRF_K, _Cand, rrf
+        from . import scoring as sc
+        from .scoring import RRF_K, Candidate, rrf
 
         until = None if self.deadline is None else monotonic() + self.deadline
         store = retriever.store
@@ -135,14 +137,14 @@ class RecallPlanner:
         # Selected topics: their best exchanges join (by similarity to the query) and every
         # candidate inside them is lifted, the first choice most.
         for rank, tid in enumerate(plan.topic_ids):
-            lift = 1.0 - 0.2 * rank
+            lift = 1.0 - sc.PLAN_RANK_STEP * rank
             members = [e for e in store.list_exchanges(user_id, topic_id=tid, status="completed") if not e.archived]
             for e in members[:64]:
                 exchanges.setdefault(e.id, e)
             in_topic = [c for c in cands.values() if exchanges.get(c.ex_id) and exchanges[c.ex_id].topic_id == tid]
             # Lifts are relative to the best offline score, so they work on any score scale.
             for c in in_topic:
-                c.score = max(c.score * (1.0 + 0.6 * lift), top * (1.0 + 0.5 * lift))
+                c.score = max(c.score * (1.0 + sc.PLAN_TOPIC_MUL * lift), top * (1.0 + sc.PLAN_TOPIC_TOP * lift))
                 c.sources.add("llm-topic")
             if not in_topic and members:
                 if qvec is None:
@@ -150,8 +152,8 @@ class RecallPlanner:
                 vecs = store.get_vectors(user_id, "exchange", [e.id for e in members[:64]])
                 best = sorted((e for e in members[:64] if e.id in vecs), key=lambda e: -float(vecs[e.id] @ qvec))[:2]
                 for j, e in enumerate(best):
-                    c = cands.setdefault(e.id, _Cand(e.id))
-                    c.score = max(c.score, top * (1.0 + 0.5 * lift) * (1.0 - 0.1 * j))
+                    c = cands.setdefault(e.id, Candidate(e.id))
+                    c.score = max(c.score, top * (1.0 + sc.PLAN_TOPIC_TOP * lift) * (1.0 - sc.PLAN_JOIN_STEP * j))
                     c.sources.add("llm-topic")
         # The rewritten query adds lexical evidence the literal one lacked (resolved pronouns,
         # synonyms, another language's words).
@@ -161,9 +163,9 @@ class RecallPlanner:
             fresh = [i for i, _ in ranked if i not in exchanges]
             for e in store.get_exchanges(user_id, fresh):
                 exchanges[e.id] = e
-            for ex_id, s in rrf(ranked, 0.5).items():
+            for ex_id, s in rrf(ranked, sc.PLAN_LEXICAL_RRF).items():
                 if ex_id in exchanges and exchanges[ex_id].status == "completed" and not exchanges[ex_id].archived:
-                    c = cands.setdefault(ex_id, _Cand(ex_id))
+                    c = cands.setdefault(ex_id, Candidate(ex_id))
                     c.score += s
                     c.sources.add("llm-lexical")
         # A time window the offline parser missed (other languages, vaguer phrasings).
@@ -172,7 +174,7 @@ class RecallPlanner:
             for c in cands.values():
                 hit = exchanges.get(c.ex_id)
                 if hit is not None and _in(hit.user_at, start, end):
-                    c.score = max(c.score * 1.5, top * 1.2)
+                    c.score = max(c.score * sc.PLAN_TIME_MUL, top * sc.PLAN_TIME_TOP)
                     c.sources.add("llm-time")
         span = f"{plan.time_range[0].date()}..{(plan.time_range[1] - timedelta(days=1)).date()}" if plan.time_range else "none"
         return [f"llm plan: intent={plan.intent}, topics={len(plan.topic_ids)}, time={span}, "
@@ -182,7 +184,7 @@ class RecallPlanner:
         self,
         retriever: Retriever,
         user_id: str,
-        cands: Mapping[str, _Cand],
+        cands: Mapping[str, Candidate],
         topic_norm: Mapping[str, float],
         exchanges: Mapping[str, Exchange | ExchangeHead],
     ) -> list[TopicCard]:

@@ -1,4 +1,4 @@
-"""Topic records and their title paths for one user, looked up in batches, each node once.
+"""Topic heads and their title paths for one user, looked up in batches, each node once.
 
 A recall shows a few dozen topics that share ancestors; looking each node up on its own cost
 a round trip per node (about 150 per recall on PostgreSQL after real ingest, ~40 ms). Here
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..store.base import Store, TopicRecord
+from ..store.base import Store, TopicHead
 
 
 class TopicPaths:
@@ -18,18 +18,18 @@ class TopicPaths:
     def __init__(self, store: Store, user_id: str) -> None:
         self.store = store
         self.user_id = user_id
-        self._recs: dict[str, TopicRecord | None] = {}
+        self._recs: dict[str, TopicHead | None] = {}
 
     def load(self, ids: Iterable[str | None]) -> None:
         """Fetch these topics and all their ancestors: one query per tree level."""
         want = {i for i in ids if i and i not in self._recs}
         while want:
-            got = self.store.get_topics(self.user_id, list(want))
+            got = self.store.topic_heads(self.user_id, list(want))
             for tid in want:
                 self._recs[tid] = got.get(tid)  # None: deleted, or another user's
             want = {r.parent_id for r in got.values() if r.parent_id and r.parent_id not in self._recs}
 
-    def record(self, topic_id: str) -> TopicRecord | None:
+    def record(self, topic_id: str) -> TopicHead | None:
         self.load([topic_id])
         return self._recs[topic_id]
 

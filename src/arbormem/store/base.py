@@ -64,6 +64,31 @@ class TopicRecord:
 
 
 @dataclass(frozen=True)
+class TopicHead:
+    """What a reader of the tree needs of a node (titles, path, span), without its vector sum,
+    term counts and organiser state: recall looks up a few dozen nodes per query."""
+
+    id: str
+    user_id: str
+    kind: TopicKind
+    parent_id: str | None
+    title: str
+    keywords: tuple[str, ...]
+    summary: str
+    start_seq: int | None
+    end_seq: int | None
+    size: int
+    first_at: datetime | None
+    last_at: datetime | None
+    frozen: bool
+
+    @classmethod
+    def of(cls, rec: TopicRecord) -> TopicHead:
+        return cls(rec.id, rec.user_id, rec.kind, rec.parent_id, rec.title, tuple(rec.keywords), rec.summary,
+                   rec.start_seq, rec.end_seq, rec.size, rec.first_at, rec.last_at, rec.frozen)
+
+
+@dataclass(frozen=True)
 class ChangeRecord:
     """One logged change of the tree (placement, split, merge, archive, ...)."""
 
@@ -141,6 +166,12 @@ def meta_equal(have: Any, want: MetaValue) -> bool:
 class Store(ABC):
     """Persistence contract implemented by SQLiteStore and PostgresStore."""
 
+    def reads_alongside(self) -> bool:
+        """Capability: whether a read from another thread, started now, would see what this
+        thread sees (no transaction open here) and run alongside this thread's work. Recall
+        then runs its lexical searches while the query is embedded. Off by default."""
+        return False
+
     # -- lifecycle ---------------------------------------------------------------------------
     @abstractmethod
     def transaction(self, user_id: str) -> AbstractContextManager[None]:
@@ -193,6 +224,14 @@ class Store(ABC):
                              {MARKS_KEY: e.metadata[MARKS_KEY]} if MARKS_KEY in e.metadata else {})
                 for e in self.get_exchanges(user_id, ids)]
 
+    def heads_by_seq(self, user_id: str, seqs: Sequence[int],
+                     where: ExchangeFilter | None = None) -> list[ExchangeHead]:
+        """Scoring fields of the user's exchanges with these sequence numbers (recall's
+        neighbours: most are only scored, never shown; stores may override cheaply)."""
+        return [ExchangeHead(e.id, e.seq, e.session_id, e.topic_id, e.user_at, e.status, e.archived,
+                             {MARKS_KEY: e.metadata[MARKS_KEY]} if MARKS_KEY in e.metadata else {})
+                for e in self.exchanges_by_seq(user_id, seqs, where)]
+
     def exchanges_by_seq(self, user_id: str, seqs: Sequence[int],
                          where: ExchangeFilter | None = None) -> list[Exchange]:
         """The user's exchanges with these sequence numbers (stores may override with one query)."""
@@ -234,6 +273,10 @@ class Store(ABC):
             if rec is not None and rec.user_id == user_id:
                 out[tid] = rec
         return out
+
+    def topic_heads(self, user_id: str, ids: Sequence[str]) -> dict[str, TopicHead]:
+        """The user's nodes with these ids, as heads (stores may override cheaply)."""
+        return {i: TopicHead.of(r) for i, r in self.get_topics(user_id, ids).items()}
 
     @abstractmethod
     def list_topics(self, user_id: str, parent_id: str | None | Literal["*"] = "*") -> list[TopicRecord]:
@@ -283,6 +326,39 @@ class Store(ABC):
             by_delta.setdefault(n, []).append(term)
         for n, group in sorted(by_delta.items()):
             self.add_term_df(user_id, group, delta=n)
+
+    # -- bulk loading (eval/scale.py; imports of whole histories) --------------------------
+    def load_exchanges(self, user_id: str, exchanges: Sequence[Exchange], vectors: np.ndarray,
+                       keys: Sequence[str]) -> None:
+        """Write completed exchanges of ``user_id``, in sequence order after those it holds,
+        with their vectors and lexical keys (one row each), in one transaction; the caller
+        places them (``topic_id``) and adds their term statistics (``add_term_counts``). Call
+        ``finish_load`` after the last ``load_*``. Through the contract by default; a store
+        may write the rows its own faster way (PostgreSQL: COPY)."""
+        ids = [ex.id for ex in exchanges]
+        with self.transaction(user_id):
+            for ex in exchanges:
+                self.insert_exchange(ex)
+            self.put_vectors(user_id, "exchange", ids, vectors)
+            for i, key in zip(ids, keys, strict=True):
+                self.put_text(user_id, "exchange", i, key)
+
+    def load_topics(self, user_id: str, topics: Sequence[TopicRecord], texts: Mapping[str, str]) -> None:
+        """Write tree nodes of ``user_id`` (the root included) with their centroid vectors and
+        the index texts in ``texts`` (by topic id; the root has none), in one transaction."""
+        indexed = [r for r in topics if r.id in texts]
+        with self.transaction(user_id):
+            for rec in topics:
+                self.put_topic(rec)
+            with_vec = [(r.id, c) for r in indexed if (c := r.centroid()) is not None]
+            if with_vec:
+                self.put_vectors(user_id, "topic", [i for i, _ in with_vec], np.stack([c for _, c in with_vec]))
+            for r in indexed:
+                self.put_text(user_id, "topic", r.id, texts[r.id])
+
+    def finish_load(self, user_id: str) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """After bulk loading: build what the store builds once over all rows (PostgreSQL:
+        the HNSW index and planner statistics)."""
 
     @abstractmethod
     def get_term_df(self, user_id: str, terms: Sequence[str]) -> dict[str, int]:

@@ -65,7 +65,7 @@ import math
 import re
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -307,6 +307,10 @@ class PostgresStore(Store):
             raise StoreError(f"PostgreSQL error: {exc}") from exc
 
     # -- lifecycle -----------------------------------------------------------------------------
+    def reads_alongside(self) -> bool:
+        # Every statement outside a transaction takes a pooled connection of its own.
+        return self._tx.get() is None
+
     @contextmanager
     def transaction(self, user_id: str) -> Iterator[None]:
         tx = self._tx.get()
@@ -652,6 +656,108 @@ class PostgresStore(Store):
                     cur.executemany(sql, rows)
         if created and self._tx.get() is None:
             self._vector_dims.add(dim)  # its own pooled block committed
+
+    def database_bytes(self) -> int:
+        """Size of the whole database on disk (meaningful when arbormem has it to itself)."""
+        with self._conn() as conn:
+            return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
+
+    # -- bulk loading: COPY (Store.load_exchanges, load_topics, finish_load) -------------------
+    def load_exchanges(self, user_id: str, exchanges: Sequence[Exchange], vectors: np.ndarray,
+                       keys: Sequence[str]) -> None:
+        """COPY the exchange rows, their text entries (tsvector made by ``tokens``, as
+        ``put_text`` makes it) and their vectors in one transaction, the BM25 statistics and
+        the user's sequence counter moved once. Vector rows written before the HNSW index
+        exists are indexed by ``finish_load`` in one build."""
+        mat = np.asarray(vectors, dtype=np.float32)
+        if mat.ndim != 2 or mat.shape[0] != len(exchanges) or len(keys) != len(exchanges):
+            raise ValidationError("load_exchanges needs one vector and one key per exchange")
+        if not exchanges:
+            return
+        if not np.isfinite(mat).all():
+            raise ValidationError("vectors contain NaN or infinity")
+        total_len = 0
+        with self.transaction(user_id), self._conn() as conn, conn.cursor() as cur:
+            with cur.copy(f"COPY arbormem_exchanges ({self._EX_COLS}) FROM STDIN") as cp:
+                for ex in exchanges:
+                    cp.write_row((
+                        ex.id, user_id, ex.session_id, ex.seq, ex.status,
+                        json.dumps(list(ex.messages), ensure_ascii=False), ex.user_text, ex.assistant_text,
+                        _utc(ex.user_at), _utc(ex.assistant_at), json.dumps(dict(ex.metadata), ensure_ascii=False),
+                        ex.topic_id, ex.failure, ex.archived))
+            with cur.copy("COPY arbormem_text (kind, item_id, user_id, body, tsv, doclen) FROM STDIN") as cp:
+                for ex, key in zip(exchanges, keys, strict=True):
+                    toks = tokens(key)
+                    total_len += len(toks)
+                    cp.write_row(("exchange", ex.id, user_id, key, _tsvector_literal(toks), len(toks)))
+            self._add_text_stats(conn, user_id, "exchange", len(exchanges), total_len)
+            conn.execute(
+                "INSERT INTO arbormem_users (user_id, last_seq) VALUES (%s, %s) ON CONFLICT (user_id) DO UPDATE "
+                "SET last_seq = GREATEST(arbormem_users.last_seq, excluded.last_seq)",
+                (user_id, max(ex.seq for ex in exchanges)))
+            self._copy_vectors(cur, user_id, "exchange", [ex.id for ex in exchanges], mat)
+
+    def load_topics(self, user_id: str, topics: Sequence[TopicRecord], texts: Mapping[str, str]) -> None:
+        """COPY the nodes, their text entries and centroids. (Through the contract each
+        ``put_text`` also moves the user's one BM25 statistics row; 285k updates of one row in
+        one transaction grow a version chain every later update walks, so that went quadratic.)"""
+        indexed = [r for r in topics if r.id in texts]
+        total_len = 0
+        with self.transaction(user_id), self._conn() as conn, conn.cursor() as cur:
+            with cur.copy(f"COPY arbormem_topics ({self._T_COLS}) FROM STDIN") as cp:
+                for r in topics:
+                    vec = r.vec_sum.astype(np.float32).tobytes() if r.vec_sum is not None else None
+                    cp.write_row((r.id, user_id, r.kind, r.parent_id, r.title,
+                                  json.dumps(list(r.keywords), ensure_ascii=False), r.summary, r.start_seq,
+                                  r.end_seq, r.size, _utc(r.first_at), _utc(r.last_at), r.frozen, vec,
+                                  json.dumps(dict(r.terms), ensure_ascii=False), r.created_seq,
+                                  json.dumps(r.meta.encode(), ensure_ascii=False)))
+            with cur.copy("COPY arbormem_text (kind, item_id, user_id, body, tsv, doclen) FROM STDIN") as cp:
+                for r in indexed:
+                    toks = tokens(texts[r.id])
+                    total_len += len(toks)
+                    cp.write_row(("topic", r.id, user_id, texts[r.id], _tsvector_literal(toks), len(toks)))
+            self._add_text_stats(conn, user_id, "topic", len(indexed), total_len)
+            with_vec = [(r.id, c) for r in indexed if (c := r.centroid()) is not None]
+            if with_vec:
+                self._copy_vectors(cur, user_id, "topic", [i for i, _ in with_vec], np.stack([c for _, c in with_vec]))
+
+    def finish_load(self, user_id: str) -> None:
+        """Build the HNSW index over every vector loaded (re-putting one vector makes
+        ``put_vectors`` create it), then ANALYZE so the planner knows the partition's size
+        (and picks the HNSW scan over an exact sort for a big one)."""
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT item_id, embedding FROM arbormem_vectors WHERE user_id = %s AND kind = 'exchange' LIMIT 1",
+                (user_id,), binary=True).fetchone()
+        if row is not None:
+            with self.transaction(user_id):
+                with self._conn() as conn:
+                    # A build whose graph does not fit in maintenance_work_mem slows down many
+                    # times (1M 384-d vectors plus topics need ~3 GB; pgvector allocates only
+                    # what it uses).
+                    conn.execute("SET LOCAL maintenance_work_mem = '6GB'")
+                    conn.execute("SET LOCAL max_parallel_maintenance_workers = 1")
+                vec = np.asarray(row[1].to_numpy(), dtype=np.float32)
+                self.put_vectors(user_id, "exchange", [row[0]], vec[None, :])
+        with self._conn() as conn:
+            conn.execute("ANALYZE")
+
+    @staticmethod
+    def _add_text_stats(conn: Any, user_id: str, kind: str, n_docs: int, total_len: int) -> None:
+        conn.execute(
+            "INSERT INTO arbormem_text_stats (user_id, kind, n_docs, total_len) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (user_id, kind) DO UPDATE SET n_docs = arbormem_text_stats.n_docs + excluded.n_docs, "
+            "total_len = arbormem_text_stats.total_len + excluded.total_len", (user_id, kind, n_docs, total_len))
+
+    @staticmethod
+    def _copy_vectors(cur: Any, user_id: str, kind: str, ids: Sequence[str], mat: np.ndarray) -> None:
+        with cur.copy("COPY arbormem_vectors (kind, item_id, user_id, dim, embedding) FROM STDIN "
+                      "WITH (FORMAT BINARY)") as cp:
+            cp.set_types(["text", "text", "text", "int4", "vector"])
+            dim = int(mat.shape[1])
+            for i, v in zip(ids, mat, strict=True):
+                cp.write_row((kind, i, user_id, dim, v))
 
     def get_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str]) -> dict[str, np.ndarray]:
         _check_kind(kind)

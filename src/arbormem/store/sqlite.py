@@ -48,6 +48,7 @@ from .base import (
     ExchangeHead,
     IndexKind,
     Store,
+    TopicHead,
     TopicRecord,
 )
 from .migrations import SQLITE_MIGRATIONS
@@ -63,6 +64,10 @@ _ROWS = {"exchange": "exchanges", "topic": "topics"}
 #: while a rarer term remains (see ``SQLiteStore.text_search``). Below ~50k exchanges hardly
 #: any content word is that common, so small memories rank exactly as before.
 COMMON_DF = 5_000
+
+
+#: Bytes of the database file read through a memory map (the first 256 MB; past that, reads).
+MMAP_BYTES = 256 * 1024 * 1024
 
 
 def uid_token(user_id: str) -> str:
@@ -230,6 +235,12 @@ class SQLiteStore(Store):
         if not self.memory:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
+            # Reads through a memory map instead of copies into a 2 MB page cache: a recall
+            # touches a few hundred rows scattered over the file (candidates' heads, whole
+            # exchanges, topics, full-text pages), which missed that cache at 10k exchanges
+            # (46 MB); their reads took ~1.4x as long (BENCHMARKS.md, "Recall stages").
+            # Only pages touched are mapped in, and they are the OS's page cache either way.
+            conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         conn.create_function("arbormem_us", 1, _epoch_us, deterministic=True)
         self._conns.append(conn)
@@ -248,6 +259,12 @@ class SQLiteStore(Store):
             conn = self._connect()
             self._local.conn = conn
         return conn
+
+    def reads_alongside(self) -> bool:
+        # A file has a connection per thread (an in-memory database shares one under a lock,
+        # so there is nothing to overlap); inside a transaction another connection would not
+        # see its writes.
+        return not self.memory and not self._closed and not self._conn.in_transaction
 
     @contextmanager
     def _guard(self) -> Iterator[sqlite3.Connection]:
@@ -484,18 +501,25 @@ class SQLiteStore(Store):
             sql += f" LIMIT {int(limit)}"
         return [self._ex(r) for r in self._rows(sql, params)]
 
+    # No JSON and no text: recall scores hundreds of candidates and renders a few dozen.
+    _HEAD_COLS = f"id, seq, session_id, topic_id, user_at, status, archived, json_extract(metadata, '$.\"{MARKS_KEY}\"')"
+
+    @staticmethod
+    def _head(r: Sequence[Any]) -> ExchangeHead:
+        meta = {MARKS_KEY: json.loads(r[7])} if r[7] else {}
+        return ExchangeHead(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), r[5], bool(r[6]), meta)
+
     def exchange_heads(self, user_id: str, ids: Sequence[str]) -> list[ExchangeHead]:
-        # No JSON and no text: recall scores hundreds of candidates and renders a few dozen.
-        out: list[ExchangeHead] = []
-        for r in self._rows_in(
-            "SELECT id, seq, session_id, topic_id, user_at, status, archived, "
-            f"json_extract(metadata, '$.\"{MARKS_KEY}\"') FROM exchanges "
-            "WHERE +user_id = ? AND id IN ({marks})", (user_id,), ids,
-        ):
-            meta = {MARKS_KEY: json.loads(r[7])} if r[7] else {}
-            out.append(ExchangeHead(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), r[5],
-                                    bool(r[6]), meta))
-        return out
+        return [self._head(r) for r in self._rows_in(
+            f"SELECT {self._HEAD_COLS} FROM exchanges WHERE +user_id = ? AND id IN ({{marks}})", (user_id,), ids)]
+
+    def heads_by_seq(self, user_id: str, seqs: Sequence[int],
+                     where: ExchangeFilter | None = None) -> list[ExchangeHead]:
+        cond, params = _filter_sql(where)
+        rows = self._rows_in(
+            f"SELECT {self._HEAD_COLS} FROM exchanges WHERE user_id = ?{cond} AND seq IN ({{marks}})",
+            (user_id, *params), sorted({int(x) for x in seqs}))
+        return sorted((self._head(r) for r in rows), key=lambda h: h.seq)
 
     def exchanges_by_seq(self, user_id: str, seqs: Sequence[int],
                          where: ExchangeFilter | None = None) -> list[Exchange]:
@@ -575,6 +599,14 @@ class SQLiteStore(Store):
         rows = self._rows_in(f"SELECT {self._T_COLS} FROM topics WHERE +user_id = ? AND id IN ({{marks}})",
                              (user_id,), ids)
         return {(rec := self._topic(r)).id: rec for r in rows}
+
+    def topic_heads(self, user_id: str, ids: Sequence[str]) -> dict[str, TopicHead]:
+        # No vector sum, term counts or meta: those were most of what parsing a node cost.
+        rows = self._rows_in(
+            "SELECT id, user_id, kind, parent_id, title, keywords, summary, start_seq, end_seq, size, "
+            "first_at, last_at, frozen FROM topics WHERE +user_id = ? AND id IN ({marks})", (user_id,), ids)
+        return {r[0]: TopicHead(r[0], r[1], r[2], r[3], r[4], tuple(json.loads(r[5])), r[6], r[7], r[8], r[9],
+                                _dt(r[10]), _dt(r[11]), bool(r[12])) for r in rows}
 
     def list_topics(
         self, user_id: str, parent_id: str | None | Literal["*"] = "*"
