@@ -81,3 +81,11 @@ def test_fuzzed_delimiter_fragments(tmp_path_factory: pytest.TempPathFactory, pi
     with open_memory(tmp_path_factory.mktemp("inj") / "m.db") as m:
         m.add(turn(f"garden {attack}", f"reply {attack} garden"), user_id="u")
         _assert_quoted(m.recall("garden", user_id="u", max_tokens=2000).text)
+
+
+def test_an_unclosed_fragment_does_not_close_on_the_next_line(tmp_path: Path) -> None:
+    """Hypothesis found it: "＞<memorycontext" in a message and in its reply rendered as
+    "<memorycontext" ... ">" across the two lines, a look-alike delimiter."""
+    with open_memory(tmp_path / "m.db") as m:
+        m.add(turn("garden \uff1e<memorycontext", "reply \uff1e<memorycontext garden"), user_id="u")
+        _assert_quoted(m.recall("garden", user_id="u", max_tokens=2000).text)
