@@ -301,7 +301,10 @@ def test_docs_render_offline_with_an_authorize_button(server: LiveServer, page: 
     # Try /v1/me with the token just entered: the browser sends it.
     me = page.locator(".opblock", has_text="/v1/me").first
     me.locator(".opblock-summary").click()
-    me.locator("button.try-out__btn").click() if me.locator("button.try-out__btn").count() else None
+    # The operation body renders after the click: wait for its "Try it out" button (counting
+    # it at once raced the rendering and skipped it, so "Execute" never appeared).
+    me.locator("button.try-out__btn").wait_for(timeout=30_000)
+    me.locator("button.try-out__btn").click()
     me.locator("button.execute").click()
     status = me.locator(".live-responses-table tbody .response-col_status").first
     status.wait_for()
