@@ -49,7 +49,7 @@ from .reembed import reembed
 from .retrieve.engine import Retriever
 from .retrieve.llm_plan import RecallPlanner
 from .retrieve.topics import TopicPaths
-from .store.base import Store, TopicHead, TopicRecord
+from .store.base import Store, TopicRecord
 from .text import term_counts
 from .tokens import TokenCounter
 
@@ -740,10 +740,6 @@ def _skipped(found: Mapping[int, str]) -> tuple[SkippedItem, ...]:
     return tuple(SkippedItem(index=i, exchange_id=x) for i, x in sorted(found.items()))
 
 
-def _topic(rec: TopicRecord | TopicHead, depth: int, path: tuple[str, ...], children: tuple[Topic, ...]) -> Topic:
-    return Topic(
-        id=rec.id, user_id=rec.user_id, kind=rec.kind, parent_id=rec.parent_id, title=rec.title,
-        keywords=tuple(rec.keywords), summary=rec.summary, start_seq=rec.start_seq,
-        end_seq=rec.end_seq, size=rec.size, first_at=rec.first_at, last_at=rec.last_at,
-        frozen=rec.frozen, depth=depth, path=path, children=children,
-    )
+def _topic(rec: TopicRecord | Topic, depth: int, path: tuple[str, ...], children: tuple[Topic, ...]) -> Topic:
+    head = rec.head() if isinstance(rec, TopicRecord) else rec
+    return dataclasses.replace(head, depth=depth, path=path, children=children)

@@ -28,7 +28,7 @@ from ..models import Exchange, Hit, Recall, RecallTrace, Topic
 from ..organize.aliases import resolve_topic_hits
 from ..organize.recall_hooks import linked_topics, recall_marks
 from ..render import render_exchange
-from ..store.base import ExchangeFilter, Store, TopicHead
+from ..store.base import ExchangeFilter, Store
 from ..tokens import TokenCounter
 from . import scoring
 from .pack import Packer, stopped
@@ -199,7 +199,7 @@ class Retriever:
         ]
 
     def recall(self, user_id: str, query: str, max_tokens: int, recent: int,
-               to_topic: Callable[[TopicHead, tuple[str, ...]], Topic],
+               to_topic: Callable[[Topic, tuple[str, ...]], Topic],
                planner: RecallPlanner | None = None, where: ExchangeFilter | None = None,
                min_relevance: float | None = None) -> Recall:
         """The packed memory context; ``to_topic`` makes the public view of a packed topic

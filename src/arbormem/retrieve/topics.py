@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..store.base import Store, TopicHead
+from ..models import Topic
+from ..store.base import Store
 
 
 class TopicPaths:
@@ -18,7 +19,7 @@ class TopicPaths:
     def __init__(self, store: Store, user_id: str) -> None:
         self.store = store
         self.user_id = user_id
-        self._recs: dict[str, TopicHead | None] = {}
+        self._recs: dict[str, Topic | None] = {}
 
     def load(self, ids: Iterable[str | None]) -> None:
         """Fetch these topics and all their ancestors: one query per tree level."""
@@ -29,7 +30,7 @@ class TopicPaths:
                 self._recs[tid] = got.get(tid)  # None: deleted, or another user's
             want = {r.parent_id for r in got.values() if r.parent_id and r.parent_id not in self._recs}
 
-    def record(self, topic_id: str) -> TopicHead | None:
+    def record(self, topic_id: str) -> Topic | None:
         self.load([topic_id])
         return self._recs[topic_id]
 

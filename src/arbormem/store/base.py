@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..models import Exchange, Status, TopicKind
+from ..models import Exchange, Status, Topic, TopicKind
 from .state import MARKS_KEY, TopicMeta
 
 IndexKind = Literal["exchange", "topic"]
@@ -54,6 +54,12 @@ class TopicRecord:
     created_seq: int = 0
     meta: TopicMeta = field(default_factory=TopicMeta)
 
+    def head(self) -> Topic:
+        """The node as the public ``Topic`` (no path, children or depth: the reader adds those)."""
+        return Topic(self.id, self.user_id, self.kind, self.parent_id, self.title, tuple(self.keywords),
+                     self.summary, self.start_seq, self.end_seq, self.size, self.first_at, self.last_at,
+                     self.frozen)
+
     def centroid(self) -> np.ndarray | None:
         if self.vec_sum is None:
             return None
@@ -61,31 +67,6 @@ class TopicRecord:
         if norm == 0.0:
             return None
         return (self.vec_sum / norm).astype(np.float32)
-
-
-@dataclass(frozen=True)
-class TopicHead:
-    """What a reader of the tree needs of a node (titles, path, span), without its vector sum,
-    term counts and organiser state: recall looks up a few dozen nodes per query."""
-
-    id: str
-    user_id: str
-    kind: TopicKind
-    parent_id: str | None
-    title: str
-    keywords: tuple[str, ...]
-    summary: str
-    start_seq: int | None
-    end_seq: int | None
-    size: int
-    first_at: datetime | None
-    last_at: datetime | None
-    frozen: bool
-
-    @classmethod
-    def of(cls, rec: TopicRecord) -> TopicHead:
-        return cls(rec.id, rec.user_id, rec.kind, rec.parent_id, rec.title, tuple(rec.keywords), rec.summary,
-                   rec.start_seq, rec.end_seq, rec.size, rec.first_at, rec.last_at, rec.frozen)
 
 
 @dataclass(frozen=True)
@@ -274,9 +255,9 @@ class Store(ABC):
                 out[tid] = rec
         return out
 
-    def topic_heads(self, user_id: str, ids: Sequence[str]) -> dict[str, TopicHead]:
+    def topic_heads(self, user_id: str, ids: Sequence[str]) -> dict[str, Topic]:
         """The user's nodes with these ids, as heads (stores may override cheaply)."""
-        return {i: TopicHead.of(r) for i, r in self.get_topics(user_id, ids).items()}
+        return {i: r.head() for i, r in self.get_topics(user_id, ids).items()}
 
     @abstractmethod
     def list_topics(self, user_id: str, parent_id: str | None | Literal["*"] = "*") -> list[TopicRecord]:

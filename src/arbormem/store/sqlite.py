@@ -32,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import MigrationError, StoreError
-from ..models import Exchange, Status
+from ..models import Exchange, Status, Topic
 from .ann import (
     ANN_BACKGROUND_ROWS,
     ANN_THRESHOLD,
@@ -48,7 +48,6 @@ from .base import (
     ExchangeHead,
     IndexKind,
     Store,
-    TopicHead,
     TopicRecord,
 )
 from .migrations import SQLITE_MIGRATIONS
@@ -600,12 +599,12 @@ class SQLiteStore(Store):
                              (user_id,), ids)
         return {(rec := self._topic(r)).id: rec for r in rows}
 
-    def topic_heads(self, user_id: str, ids: Sequence[str]) -> dict[str, TopicHead]:
+    def topic_heads(self, user_id: str, ids: Sequence[str]) -> dict[str, Topic]:
         # No vector sum, term counts or meta: those were most of what parsing a node cost.
         rows = self._rows_in(
             "SELECT id, user_id, kind, parent_id, title, keywords, summary, start_seq, end_seq, size, "
             "first_at, last_at, frozen FROM topics WHERE +user_id = ? AND id IN ({marks})", (user_id,), ids)
-        return {r[0]: TopicHead(r[0], r[1], r[2], r[3], r[4], tuple(json.loads(r[5])), r[6], r[7], r[8], r[9],
+        return {r[0]: Topic(r[0], r[1], r[2], r[3], r[4], tuple(json.loads(r[5])), r[6], r[7], r[8], r[9],
                                 _dt(r[10]), _dt(r[11]), bool(r[12])) for r in rows}
 
     def list_topics(
