@@ -8,6 +8,7 @@ whose words are separated by spaces or punctuation.
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import re
 import unicodedata
@@ -79,11 +80,11 @@ def top_terms(
     counts: Mapping[str, int], df: Mapping[str, int], n_docs: int, k: int
 ) -> list[str]:
     """The ``k`` terms of ``counts`` with the highest tf·idf (ties broken alphabetically)."""
-    scored = sorted(
-        counts.items(),
+    scored = heapq.nsmallest(
+        k, counts.items(),
         key=lambda kv: (-(1.0 + math.log(kv[1])) * idf(df.get(kv[0], 1), n_docs), kv[0]),
     )
-    return [t for t, _ in scored[:k]]
+    return [t for t, _ in scored]
 
 
 def sentences(text: str) -> list[str]:

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..config import TreeSettings
 from ..models import Exchange
-from ..store.base import Store, TopicRecord
+from ..store.base import Store, TopicRecord, TopicShape
 from ..text import (
     idf,
     merge_counts,
@@ -66,6 +66,9 @@ class TreeSession:
         self.user_id = user_id
         self.s = settings
         self._nodes: dict[str, TopicRecord] = {}
+        self._shape_cache: dict[str, TopicShape] = {}  # nodes as stored, for homing
+        self._stored_text: dict[str, str] = {}  # full-text entries as stored (_loaded)
+        self._stored_vec: dict[str, np.ndarray | None] = {}  # centroids as stored
         self._kids: dict[str, list[str]] = {}
         self._dirty: set[str] = set()
         self._deleted: set[str] = set()
@@ -89,6 +92,7 @@ class TreeSession:
         roots = self.store.list_topics(self.user_id, parent_id=None)
         if roots:
             root = roots[0]
+            self._loaded(root)
         else:
             root = TopicRecord(id=new_id("r"), user_id=self.user_id, kind="root", parent_id=None,
                                title="", created_seq=0)
@@ -97,12 +101,20 @@ class TreeSession:
         self._nodes[root.id] = root
         return root
 
+    def _loaded(self, node: TopicRecord) -> None:
+        """Remember what the store holds of a node read from it, so ``flush`` rewrites its
+        full-text entry and centroid only when they changed (re-indexing the text of every
+        ancestor on every exchange was a third of the statements an exchange cost)."""
+        self._stored_text[node.id] = topic_index_text(node)
+        self._stored_vec[node.id] = node.centroid()
+
     def get(self, topic_id: str) -> TopicRecord | None:
         node = self._nodes.get(topic_id)
         if node is None and topic_id not in self._deleted:
             node = self.store.get_topic(topic_id)
             if node is not None and node.user_id == self.user_id:
                 self._nodes[topic_id] = node
+                self._loaded(node)
             else:
                 node = None
         return node
@@ -112,7 +124,9 @@ class TreeSession:
         if ids is None:
             recs = self.store.list_topics(self.user_id, parent_id=node.id)
             for r in recs:
-                self._nodes.setdefault(r.id, r)
+                if r.id not in self._nodes:
+                    self._nodes[r.id] = r
+                    self._loaded(r)
             ids = [r.id for r in recs]
             self._kids[node.id] = ids
             self._kids_stored[node.id] = tuple(ids)
@@ -294,28 +308,52 @@ class TreeSession:
         self.bound_fanout(parent, seq)
         return leaf
 
-    def _link(self, vsum: np.ndarray, n: int, node: TopicRecord) -> float:
+    def _link(self, vsum: np.ndarray, n: int, node: TopicRecord | TopicShape) -> float:
         """Average link: the mean cosine between the run's exchanges and the node's."""
         if node.vec_sum is None or node.size <= 0:
             return -1.0
         return float(vsum @ node.vec_sum) / (n * node.size)
 
-    def _candidates(self, vsum: np.ndarray, exclude: str | None) -> list[TopicRecord]:
+    # Homing compares many nodes and changes none of them, so it reads their shapes
+    # (Store.topic_shapes: no term counts or phrases to decode) and loads whole records only
+    # for the node it picks. A node this session holds is authoritative: its shape is taken
+    # from the live record, which may have changed since the last flush.
+    def _shapes(self, ids: Iterable[str]) -> dict[str, TopicShape]:
+        out: dict[str, TopicShape] = {}
+        missing = []
+        for i in dict.fromkeys(ids):
+            if i in self._deleted:
+                continue
+            node = self._nodes.get(i)
+            if node is not None:
+                out[i] = node.shape()
+            elif i in self._shape_cache:
+                out[i] = self._shape_cache[i]
+            else:
+                missing.append(i)
+        if missing:
+            got = self.store.topic_shapes(self.user_id, ids=missing)
+            self._shape_cache.update(got)
+            out.update(got)
+        return out
+
+    def _child_shapes(self, node_id: str) -> list[TopicShape]:
+        ids = self._kids.get(node_id)
+        if ids is not None:
+            return list(self._shapes(ids).values())
+        got = self.store.topic_shapes(self.user_id, parent_id=node_id)
+        self._shape_cache.update(got)
+        return list(self._shapes(got).values())
+
+    def _candidates(self, vsum: np.ndarray, exclude: str | None) -> list[TopicShape]:
         """Leaves likely to be related: nearest topic vectors from the index (as of the last
         flush) plus every leaf this unit of work holds (not in the index yet)."""
         norm = float(np.linalg.norm(vsum)) or 1.0
         hits = self.store.vector_search(self.user_id, "topic", (vsum / norm).astype(np.float32),
                                         self.s.home_candidates)
         ids = [i for i, _ in hits] + [i for i, node in self._nodes.items() if node.kind == "topic"]
-        out, seen = [], set()
-        for i in ids:
-            if i in seen or i == exclude or i in self._deleted:
-                continue
-            seen.add(i)
-            node = self.get(i)
-            if node is not None and node.kind == "topic" and node.size > 0:
-                out.append(node)
-        return out
+        return [sh for i, sh in self._shapes(ids).items()
+                if i != exclude and sh.kind == "topic" and sh.size > 0]
 
     def _find_home(self, vsum: np.ndarray, n: int, exclude: str | None) -> _Home:
         leaves = self._candidates(vsum, exclude)
@@ -326,21 +364,24 @@ class TreeSession:
             return home
         link, _, leaf = scored[0]
         if link >= self.s.thread_threshold and leaf.size + n <= self.s.max_topic_size \
-                and not leaf.meta.no_merge:
-            home.thread = leaf
+                and not leaf.no_merge:
+            home.thread = self.get(leaf.id)
             return home
         best = self.s.theme_threshold
+        theme = pair = None
         for link, _, leaf in scored[:8]:
             if link < self.s.theme_threshold:
                 break
-            top = self._top(leaf)
+            top = self._top_shape(leaf)
             if top.kind == "topic":
                 if link > best:  # a lone related topic: the two become a theme
-                    home.theme, home.pair, best = None, top, link
+                    theme, pair, best = None, top.id, link
                 continue
             tl = self._link(vsum, n, top)
             if tl > best:
-                home.theme, home.pair, best = self._descend(vsum, n, top), None, tl
+                theme, pair, best = self._descend(vsum, n, top), None, tl
+        home.theme = self.get(theme) if theme else None
+        home.pair = self.get(pair) if pair else None
         return home
 
     def _top(self, node: TopicRecord) -> TopicRecord:
@@ -348,14 +389,24 @@ class TreeSession:
         chain = [node, *self.ancestors(node)]
         return chain[-2] if len(chain) >= 2 else node
 
-    def _descend(self, vsum: np.ndarray, n: int, theme: TopicRecord) -> TopicRecord:
+    def _top_shape(self, node: TopicShape) -> TopicShape:
+        """``_top`` over shapes."""
+        cur = node
+        while cur.parent_id is not None:
+            parent = self._shapes([cur.parent_id]).get(cur.parent_id)
+            if parent is None or parent.parent_id is None:  # cur is at the top (or orphaned)
+                return cur
+            cur = parent
+        return cur
+
+    def _descend(self, vsum: np.ndarray, n: int, theme: TopicShape) -> str:
         """Within a subject theme, the sub-theme the run relates to best (while related)."""
         while True:
-            subs = [c for c in self.children(theme) if c.kind == "theme"]
+            subs = [c for c in self._child_shapes(theme.id) if c.kind == "theme"]
             scored = [(self._link(vsum, n, c), c.id, c) for c in subs]
             scored = [x for x in scored if x[0] >= self.s.theme_threshold]
             if not scored:
-                return theme
+                return theme.id
             theme = max(scored, key=lambda x: (x[0], x[1]))[2]
 
     def _pair_theme(self, leaf: TopicRecord) -> TopicRecord:
@@ -720,7 +771,11 @@ class TreeSession:
                        key=lambda n: (-len(self.ancestors(n)), n.created_seq, self._born.get(n.id, -1), n.id))
         n_docs = max(1, self.root.size)
         due = {n.id for n in dirty if n.kind != "root" and not llm_labelled(n) and self._title_due(n)}
-        wanted = {t for node in dirty for t in node.terms}
+        # A theme's keywords, like its title, are recomputed only when due: one more exchange
+        # among hundreds does not change them, and ranking every ancestor's terms on every
+        # exchange was a fifth of a placement's cost.
+        keyed = [n for n in dirty if n.kind != "root" and not llm_labelled(n) and (n.kind == "topic" or n.id in due)]
+        wanted = {t for node in keyed for t in node.terms}
         for node in dirty:
             if node.id in due:
                 wanted |= labels.phrase_words(node.meta.phrases)
@@ -732,7 +787,8 @@ class TreeSession:
         for node in dirty:
             if node.kind == "root" or llm_labelled(node):
                 continue
-            node.keywords = top_terms(node.terms, df, n_docs, KEYWORDS)
+            if node.kind == "topic" or node.id in due:
+                node.keywords = top_terms(node.terms, df, n_docs, KEYWORDS)
             if node.id in due:
                 before = node.title
                 node.title = self._title(node, df, n_docs)
@@ -750,21 +806,38 @@ class TreeSession:
                 node.frozen = all(k.frozen for k in kids) if kids else node.frozen
         for node in dirty:
             self.store.put_topic(node)
-        vec_nodes = [n for n in dirty if n.kind != "root" and n.centroid() is not None]
+        vec_nodes = []
+        for n in dirty:
+            c = n.centroid() if n.kind != "root" else None
+            if c is not None and not self._centroid_kept(n, c):
+                vec_nodes.append((n.id, c))
+                self._stored_vec[n.id] = c
         if vec_nodes:
-            self.store.put_vectors(self.user_id, "topic", [n.id for n in vec_nodes],
-                                   np.stack([n.centroid() for n in vec_nodes]))  # type: ignore[misc]
+            self.store.put_vectors(self.user_id, "topic", [i for i, _ in vec_nodes],
+                                   np.stack([c for _, c in vec_nodes]))
         for node in dirty:
             if node.kind != "root":
-                self.store.put_text(self.user_id, "topic", node.id, topic_index_text(node))
+                text = topic_index_text(node)
+                if self._stored_text.get(node.id) != text:
+                    self.store.put_text(self.user_id, "topic", node.id, text)
+                    self._stored_text[node.id] = text
         for topic_id in self._deleted:
             self.store.delete_topic(topic_id)
         ids = [n.id for n in dirty]
+        self._shape_cache.clear()
         self._stale_summary.clear()
         self._dirty.clear()
         self._deleted.clear()
         self._to_summarise.clear()
         return ids
+
+    def _centroid_kept(self, node: TopicRecord, centroid: np.ndarray) -> bool:
+        """Whether a theme's stored centroid may stay: one more exchange among hundreds
+        turns it by a hair (cosine >= ``_THEME_VEC_KEEP`` to the stored one). A leaf's
+        centroid is always rewritten: homing finds leaves by it. The stored vector sum
+        stays exact; the bound holds against the stored centroid, so drift cannot build up."""
+        stored = self._stored_vec.get(node.id)
+        return node.kind == "theme" and stored is not None and float(stored @ centroid) >= _THEME_VEC_KEEP
 
     def _title_due(self, node: TopicRecord) -> bool:
         """Whether the offline title must be recomputed: always for a closing or small node,
@@ -808,6 +881,10 @@ class TreeSession:
         top = sorted(best, key=lambda b: -b[0])[:2]
         text = " ".join(s for _, _, s in sorted(top, key=lambda b: b[1]))
         return shorten(text, 240) if text else leaf.summary
+
+
+#: Cosine to its stored centroid at which a theme's centroid is not rewritten (flush).
+_THEME_VEC_KEEP = 0.9995
 
 
 @dataclasses.dataclass

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -25,6 +25,17 @@ from ..models import Exchange, Status, Topic, TopicKind
 from .state import MARKS_KEY, TopicMeta
 
 IndexKind = Literal["exchange", "topic"]
+
+
+class TopicShape(NamedTuple):
+    """The part of a topic node placement compares (``Store.topic_shapes``): read-only."""
+
+    id: str
+    kind: TopicKind
+    parent_id: str | None
+    size: int
+    vec_sum: np.ndarray | None
+    no_merge: bool
 
 
 @dataclass
@@ -53,6 +64,10 @@ class TopicRecord:
     terms: dict[str, int] = field(default_factory=dict)
     created_seq: int = 0
     meta: TopicMeta = field(default_factory=TopicMeta)
+
+    def shape(self) -> TopicShape:
+        """The node as placement compares it (``Store.topic_shapes``)."""
+        return TopicShape(self.id, self.kind, self.parent_id, self.size, self.vec_sum, bool(self.meta.no_merge))
 
     def head(self) -> Topic:
         """The node as the public ``Topic`` (no path, children or depth: the reader adds those)."""
@@ -241,6 +256,19 @@ class Store(ABC):
 
     @abstractmethod
     def get_topic(self, topic_id: str) -> TopicRecord | None: ...
+
+    def topic_shapes(self, user_id: str, *, ids: Sequence[str] | None = None,
+                     parent_id: str | None = None) -> dict[str, TopicShape]:
+        """What placement compares of the user's topics among ``ids`` (or the children of
+        ``parent_id``): kind, parent, size, vector sum and the merge veto, without decoding
+        term counts, phrases and the rest of ``meta`` (a placement looks at two dozen
+        candidates and their themes; decoding them whole was most of its cost). Stores
+        override this default, which reads whole records."""
+        if ids is not None:
+            recs = list(self.get_topics(user_id, ids).values())
+        else:
+            recs = [r for r in self.list_topics(user_id, parent_id=parent_id) if parent_id is not None]
+        return {r.id: r.shape() for r in recs}
 
     def get_topics(self, user_id: str, ids: Sequence[str]) -> dict[str, TopicRecord]:
         """The user's topics among ``ids``, by id (others' and unknown ids are left out).

@@ -77,9 +77,9 @@ import numpy as np
 from ..errors import MigrationError, StoreError, ValidationError
 from ..models import Exchange, Status
 from ..text import index_tokens as tokens
-from .base import ChangeRecord, ExchangeFilter, IndexKind, Store, TopicRecord
+from .base import ChangeRecord, ExchangeFilter, IndexKind, Store, TopicRecord, TopicShape
 from .pg_migrations import PG_MIGRATIONS
-from .state import TopicMeta
+from .state import TopicMeta, no_merge_in
 
 if TYPE_CHECKING:
     import psycopg
@@ -551,6 +551,25 @@ class PostgresStore(Store):
                 f"SELECT {self._T_COLS} FROM arbormem_topics WHERE id = %s", (topic_id,)
             ).fetchone()
         return self._topic(row) if row else None
+
+    def topic_shapes(self, user_id: str, *, ids: Sequence[str] | None = None,
+                     parent_id: str | None = None) -> dict[str, TopicShape]:
+        cols = "id, kind, parent_id, size, vec_sum, meta"
+        if ids is not None:
+            ids = list(dict.fromkeys(ids))
+            if not ids:
+                return {}
+            sql, args = f"SELECT {cols} FROM arbormem_topics WHERE user_id = %s AND id = ANY(%s)", (user_id, ids)
+        elif parent_id is not None:
+            sql = f"SELECT {cols} FROM arbormem_topics WHERE user_id = %s AND parent_id = %s ORDER BY rid"
+            args = (user_id, parent_id)
+        else:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(sql, args).fetchall()
+        return {r[0]: TopicShape(r[0], r[1], r[2], int(r[3]),
+                                 np.frombuffer(bytes(r[4]), dtype=np.float32).copy() if r[4] else None,
+                                 no_merge_in(r[5])) for r in rows}
 
     def get_topics(self, user_id: str, ids: Sequence[str]) -> dict[str, TopicRecord]:
         ids = list(dict.fromkeys(ids))

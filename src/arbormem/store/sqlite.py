@@ -49,9 +49,10 @@ from .base import (
     IndexKind,
     Store,
     TopicRecord,
+    TopicShape,
 )
 from .migrations import SQLITE_MIGRATIONS
-from .state import TopicMeta
+from .state import TopicMeta, no_merge_in
 
 log = logging.getLogger("arbormem.store")
 
@@ -592,6 +593,22 @@ class SQLiteStore(Store):
     def get_topic(self, topic_id: str) -> TopicRecord | None:
         row = self._exec(f"SELECT {self._T_COLS} FROM topics WHERE id = ?", (topic_id,)).fetchone()
         return self._topic(row) if row else None
+
+    def topic_shapes(self, user_id: str, *, ids: Sequence[str] | None = None,
+                     parent_id: str | None = None) -> dict[str, TopicShape]:
+        # The meta object is parsed only when it may hold a veto.
+        cols = "id, kind, parent_id, size, vec_sum, CASE WHEN instr(meta, '\"no_merge\"') > 0 THEN meta END"
+        if ids is not None:
+            rows = self._rows_in(f"SELECT {cols} FROM topics WHERE +user_id = ? AND id IN ({{marks}})",
+                                 (user_id,), ids)
+        elif parent_id is not None:
+            rows = self._rows(f"SELECT {cols} FROM topics WHERE user_id = ? AND parent_id = ? ORDER BY rid",
+                              (user_id, parent_id))
+        else:
+            rows = []
+        return {r[0]: TopicShape(r[0], r[1], r[2], r[3],
+                                 np.frombuffer(r[4], dtype=np.float32).copy() if r[4] else None,
+                                 r[5] is not None and no_merge_in(json.loads(r[5]))) for r in rows}
 
     def get_topics(self, user_id: str, ids: Sequence[str]) -> dict[str, TopicRecord]:
         # "+user_id": primary-key lookups, as in get_exchanges.

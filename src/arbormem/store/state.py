@@ -32,6 +32,23 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _int_map(v: Any) -> dict[str, int]:
+    """A ``{str: int}`` object as stored, dropping entries of another type. Whole maps are
+    checked in one pass first: phrase counts are decoded for every topic read, and a call
+    per entry was most of what reading a theme cost."""
+    if not isinstance(v, Mapping):
+        return {}
+    if all(type(x) is int for x in v.values()):
+        return dict(v)
+    return {k: x for k, x in v.items() if _int(x) is not None}
+
+
+def no_merge_in(raw: Any) -> bool:
+    """Whether a stored ``meta`` object carries a merge veto (``TopicMeta.no_merge``),
+    without decoding the rest of it."""
+    return isinstance(raw, Mapping) and bool(_strs(raw.get("no_merge")))
+
+
 def _strs(v: Any) -> list[str]:
     return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
 
@@ -116,8 +133,7 @@ class TopicMeta:
             session=_str(r.pop("session", None)),
             closing=r.pop("closing", False) is True,
             pending=_str(r.pop("pending", None)),
-            phrases={k: v for k, v in phrases.items() if _int(v) is not None}
-            if isinstance(phrases, Mapping) else {},
+            phrases=_int_map(phrases),
             titled=(int(titled[0]), int(titled[1]))
             if isinstance(titled, list) and len(titled) == 2 and all(_int(x) is not None for x in titled) else None,
             label_source=_str(r.pop("label_source", None)),
@@ -211,4 +227,4 @@ class ExchangeMarks:
         return out
 
 
-__all__ = ["MARKS_KEY", "ExchangeMarks", "RunMarks", "TopicMeta"]
+__all__ = ["MARKS_KEY", "ExchangeMarks", "RunMarks", "TopicMeta", "no_merge_in"]
