@@ -226,15 +226,21 @@ class Retriever:
                         del cands[i]
             clock.lap("llm_plan")
         # The model's picks are its judgement: the per-exchange cut spares them (not the gate).
-        picked = {i for i, c in cands.items() if any(src.startswith("llm") for src in c.sources)}
+        picked = ({i for i, c in cands.items() if any(src.startswith("llm") for src in c.sources)}
+                  if planner is not None else set())
         floor, best, below, answered = self._floor(cands, min_relevance, picked)
 
         # Consolidation marks (organize/consolidate.py): updates outrank the facts they
         # superseded (both stay, rendered marked); pinned topics' latest exchanges come first.
         scores = {i: c.score for i, c in cands.items()}
-        # Heads carry the organiser's marks, which is all recall_marks reads of an exchange.
-        for i, source in recall_marks(self.store, user_id, scores, cast(dict[str, Exchange], exchanges), max_tokens,
-                                      lambda e: self.counter.count(render_exchange(e)) + 1).items():
+        # Heads carry the organiser's marks, which is all recall_marks reads of an exchange; it
+        # gets only the rows with metadata (a mark needs some), not every candidate to decode.
+        marked = {i: e for i, e in exchanges.items() if e.metadata}
+        joins = recall_marks(self.store, user_id, scores, cast(dict[str, Exchange], marked), max_tokens,
+                             lambda e: self.counter.count(render_exchange(e)) + 1)
+        for i, source in joins.items():
+            if i not in exchanges and i in marked:
+                exchanges[i] = marked[i]
             ex = exchanges.get(i)
             if where and source == "pinned" and not (isinstance(ex, Exchange) and where.matches(ex)):
                 scores.pop(i, None)

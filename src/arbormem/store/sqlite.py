@@ -513,6 +513,11 @@ class SQLiteStore(Store):
         return [self._head(r) for r in self._rows_in(
             f"SELECT {self._HEAD_COLS} FROM exchanges WHERE +user_id = ? AND id IN ({{marks}})", (user_id,), ids)]
 
+    def exchange_texts(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        return {r[0]: (r[1], r[2]) for r in self._rows_in(
+            "SELECT id, user_text, assistant_text FROM exchanges WHERE +user_id = ? AND id IN ({marks})",
+            (user_id,), ids)}
+
     def heads_by_seq(self, user_id: str, seqs: Sequence[int],
                      where: ExchangeFilter | None = None) -> list[ExchangeHead]:
         cond, params = _filter_sql(where)
