@@ -79,11 +79,15 @@ class ExchangeReader:
         """Heads of the exchanges at these sequence numbers (not kept: the caller decides)."""
         return self.store.heads_by_seq(self.user_id, seqs, where) if seqs else []
 
+    def _text(self, ex_id: str) -> tuple[str, str]:
+        got = self._texts.get(ex_id)
+        return got if got is not None else self.texts([ex_id])[ex_id]
+
     def index_tokens(self, ex_id: str, part: int) -> frozenset[str]:
         """Index tokens of a read exchange's user (``part`` 0) or assistant (1) text."""
-        return token_set(self.texts([ex_id])[ex_id][part])
+        return token_set(self._text(ex_id)[part])
 
     def term_counts(self, ex_id: str) -> Counter[str]:
         """Term counts of a read exchange's text (shared: do not change them)."""
-        user, assistant = self.texts([ex_id])[ex_id]
+        user, assistant = self._text(ex_id)
         return _term_counts(f"{user}\n{assistant}" if assistant else user)

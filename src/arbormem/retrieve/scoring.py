@@ -53,7 +53,7 @@ from ..config import RecallSettings
 from ..models import Exchange
 from ..store.base import ExchangeFilter, ExchangeHead
 from ..text import identifier_like, idf, index_tokens
-from .reader import ExchangeReader
+from .reader import ExchangeReader, token_set
 
 #: Reciprocal-rank constant of the topic fusion (the usual 60; 10 or 2 were within +-0.3).
 RRF_K = 60.0
@@ -80,7 +80,7 @@ PLAN_TIME_MUL = 1.5
 PLAN_TIME_TOP = 1.2
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """One exchange in the final ranking."""
 
@@ -268,13 +268,15 @@ def add_neighbours(r: Ranking, w: RecallSettings, where: ExchangeFilter | None) 
         by_seq[(nb.session_id, nb.seq)] = nb.id
         r.sources[nb.id].add("neighbour")
     base = dict(r.fused)
-    for i in list(r.fused):
+    floor, weight, fused = r.floor, w.neighbour_weight, r.fused
+    for i, s in base.items():
         hit = exchanges.get(i)
         if hit is None:
             continue
-        best_nb = max((base[j] for d in (-1, 1)
-                       if (j := by_seq.get((hit.session_id, hit.seq + d))) is not None), default=r.floor)
-        r.fused[i] = base[i] + w.neighbour_weight * max(best_nb, r.floor)
+        sid, seq = hit.session_id, hit.seq
+        before, after = by_seq.get((sid, seq - 1)), by_seq.get((sid, seq + 1))
+        best = max(floor, base.get(before, floor) if before else floor, base.get(after, floor) if after else floor)
+        fused[i] = s + weight * best
 
 
 def lift_coverage(r: Ranking, terms: tuple[str, ...], w: RecallSettings) -> None:
@@ -292,8 +294,8 @@ def lift_coverage(r: Ranking, terms: tuple[str, ...], w: RecallSettings) -> None
     want = set(index_tokens(" ".join(terms)))
     if not want:
         return
-    for i in r.reader.texts(r.order()[: w.coverage_depth]):
-        best = max(len(want.intersection(r.reader.index_tokens(i, k))) for k in (0, 1))
+    for i, (user, assistant) in r.reader.texts(r.order()[: w.coverage_depth]).items():
+        best = max(len(want.intersection(token_set(user))), len(want.intersection(token_set(assistant))))
         r.coverage[i] = best / len(want)
         r.fused[i] += w.coverage_weight * r.coverage[i]
 

@@ -160,6 +160,11 @@ class _AnnSlot:
         self.building = False  # a background thread holds ``lock`` to build the graph
 
 
+#: Exchange heads by their row (see ``SQLiteStore._head``), at most this many (~1 KB each).
+_HEADS_KEPT = 16_384
+_HEADS: dict[tuple[Any, ...], ExchangeHead] = {}
+
+
 class SQLiteStore(Store):
     """Store on one SQLite file (WAL) or an in-memory database."""
 
@@ -506,8 +511,17 @@ class SQLiteStore(Store):
 
     @staticmethod
     def _head(r: Sequence[Any]) -> ExchangeHead:
-        meta = {MARKS_KEY: json.loads(r[7])} if r[7] else {}
-        return ExchangeHead(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), r[5], bool(r[6]), meta)
+        # A head is a pure function of its row: recalls read the same rows again and again,
+        # and building the (frozen) object cost ~5x looking the row up here.
+        key = tuple(r)
+        head = _HEADS.get(key)
+        if head is None:
+            meta = {MARKS_KEY: json.loads(r[7])} if r[7] else {}
+            head = ExchangeHead(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), r[5], bool(r[6]), meta)
+            if len(_HEADS) >= _HEADS_KEPT:
+                _HEADS.clear()
+            _HEADS[key] = head
+        return head
 
     def exchange_heads(self, user_id: str, ids: Sequence[str]) -> list[ExchangeHead]:
         return [self._head(r) for r in self._rows_in(
