@@ -524,8 +524,31 @@ class SQLiteStore(Store):
         return head
 
     def exchange_heads(self, user_id: str, ids: Sequence[str]) -> list[ExchangeHead]:
-        return [self._head(r) for r in self._rows_in(
-            f"SELECT {self._HEAD_COLS} FROM exchanges WHERE +user_id = ? AND id IN ({{marks}})", (user_id,), ids)]
+        # Heads read before are kept (per user, per connection) until the database changes:
+        # recall reads the heads of ~350 candidates per query, mostly the same rows from one
+        # query to the next, and looking each one up was its largest read (BENCHMARKS.md,
+        # "Recall stages"). The check is SQLite's own: this connection's change counter and
+        # ``PRAGMA data_version`` (which moves when any other connection commits).
+        cache = self._heads_kept(user_id)
+        missing = [i for i in ids if i not in cache]
+        if missing:
+            for r in self._rows_in(
+                    f"SELECT {self._HEAD_COLS} FROM exchanges WHERE +user_id = ? AND id IN ({{marks}})",
+                    (user_id,), missing):
+                cache[r[0]] = self._head(r)
+        return [h for i in dict.fromkeys(ids) if (h := cache.get(i)) is not None]
+
+    def _heads_kept(self, user_id: str) -> dict[str, ExchangeHead]:
+        """The heads of ``user_id`` kept since the database last changed (see exchange_heads)."""
+        with self._guard() as conn:
+            token = (id(conn), conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0])
+        kept = self.__dict__.setdefault("_heads_by_user", {})
+        got = kept.get(user_id)
+        if got is None or got[0] != token or len(got[1]) > _HEADS_KEPT:
+            if len(kept) > 16:  # a few users at a time
+                kept.clear()
+            got = kept[user_id] = (token, {})
+        return got[1]
 
     def exchange_texts(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
         return {r[0]: (r[1], r[2]) for r in self._rows_in(
