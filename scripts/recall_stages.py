@@ -8,7 +8,8 @@ data in one session (BENCHMARKS.md, "Recall stages")::
     python scripts/recall_stages.py build locomo 10000 /tmp/loc10k.db ../shared/data/locomo/*.json
     PYTHONPATH=src python scripts/recall_stages.py time /tmp/syn10k.db --queries 200
 
-``time`` prints recall p50 / p95 / p99 over one query embedding, the p50 of each stage in
+``time`` prints recall p50 / p95 / p99 over one query embedding, the process CPU time per
+recall and per embedding (steadier than wall time on a loaded machine), the p50 of each stage in
 ``Recall.trace.timings_ms`` (older versions report fewer stages: their ``fuse`` held what is
 now ``fuse`` + ``expand``, their ``pack`` what is now ``pack`` + ``render``), the torch threads
 and the load average.
@@ -55,14 +56,17 @@ def measure(db: str, n: int) -> None:
     load = os.getloadavg()[0]
     one: list[float] = []
     rec: list[float] = []
+    cpu = [0.0, 0.0]  # process CPU seconds (all threads): the embeddings, the recalls
     stages: dict[str, list[float]] = {}
     for q in queries:
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         emb.embed([q])
         one.append((time.perf_counter() - t0) * 1000)
-        t0 = time.perf_counter()
+        c1, t0 = time.process_time(), time.perf_counter()
         r = mem.recall(q, user_id="bench", max_tokens=1024)
         rec.append((time.perf_counter() - t0) * 1000)
+        cpu[0] += c1 - c0
+        cpu[1] += time.process_time() - c1
         for k, v in r.trace.timings_ms.items():
             stages.setdefault(k, []).append(v)
     mem.close()
@@ -73,6 +77,10 @@ def measure(db: str, n: int) -> None:
     print(f"one query embedding p50 {p(one, 50):.1f} ms; recall p50 / p95 / p99 {p(rec, 50):.1f} / "
           f"{p(rec, 95):.1f} / {p(rec, 99):.1f} ms = {p(rec, 50) / p(one, 50):.2f}x / "
           f"{p(rec, 95) / p(one, 95):.2f}x / {p(rec, 99) / p(one, 99):.2f}x one query embedding")
+    # CPU time moves less than wall time with the neighbours' load on a shared machine: what a
+    # recall costs beyond embedding its query is arbormem's own work.
+    print(f"CPU ms per query: embedding {cpu[0] / len(queries) * 1000:.1f}, recall "
+          f"{cpu[1] / len(queries) * 1000:.1f} (own work {(cpu[1] - cpu[0]) / len(queries) * 1000:.1f})")
     print("stages p50 ms: " + ", ".join(f"{k} {p(v, 50):.2f}" for k, v in stages.items()))
     print(f"torch threads {torch.get_num_threads()}; load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
 

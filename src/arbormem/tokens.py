@@ -50,6 +50,18 @@ def _encode(name: str, text: str) -> list[int]:
     return ids
 
 
+#: Texts up to this long have their counts kept (``_SHORT_KEPT`` of them, per process): recall
+#: counts each exchange block it considers, and one memory's recalls consider the same
+#: exchanges again and again.
+_SHORT = 4_000
+_SHORT_KEPT = 8_192
+
+
+@functools.lru_cache(maxsize=_SHORT_KEPT)
+def _count_short(name: str, text: str) -> int:
+    return len(_encode(name, text))
+
+
 class TokenCounter:
     """Counts tokens of text with one BPE encoding (cl100k_base by default)."""
 
@@ -59,6 +71,8 @@ class TokenCounter:
     def count(self, text: str) -> int:
         if not text:
             return 0
+        if len(text) <= _SHORT:
+            return _count_short(self.encoding, text)
         return len(_encode(self.encoding, text))
 
     def truncate(self, text: str, max_tokens: int) -> str:

@@ -156,6 +156,35 @@ def test_get_and_list_exchanges_filters(store: Store) -> None:
     assert store.list_users() == ["other", "u"]
 
 
+def test_exchange_texts_only_the_users_own(store: Store) -> None:
+    store.insert_exchange(ex("u", 1, "first"))
+    store.insert_exchange(ex("u", 2, "second", status="pending"))
+    store.insert_exchange(ex("other", 1, "theirs"))
+    got = store.exchange_texts("u", ["e_u_2", "nope", "e_other_1", "e_u_1", "e_u_2"])
+    assert got == {"e_u_1": ("first", "re: first"), "e_u_2": ("second", "re: second")}
+    assert store.exchange_texts("u", []) == {}
+
+
+def test_exchange_heads_follow_every_write(store_factory: Callable[[], Store]) -> None:
+    """Heads may be kept between reads (SQLite): a write through this store or another one
+    on the same database shows in the next read."""
+    a, b = store_factory(), store_factory()
+    a.insert_exchange(ex("u", 1, topic="t1"))
+    a.insert_exchange(ex("u", 2, topic="t1"))
+    assert sorted((h.id, h.topic_id) for h in a.exchange_heads("u", ["e_u_2", "e_u_1", "e_u_2"])) == [
+        ("e_u_1", "t1"), ("e_u_2", "t1")]
+    e1 = a.get_exchange("e_u_1")
+    assert e1 is not None
+    a.update_exchange(Exchange(**{**e1.__dict__, "topic_id": "t2"}))
+    assert [h.topic_id for h in a.exchange_heads("u", ["e_u_1"])] == ["t2"]
+    assert [h.topic_id for h in b.exchange_heads("u", ["e_u_1"])] == ["t2"]
+    b.update_exchange(Exchange(**{**e1.__dict__, "topic_id": "t3", "archived": True}))
+    assert [(h.topic_id, h.archived) for h in a.exchange_heads("u", ["e_u_1"])] == [("t3", True)]
+    b.delete_exchange("e_u_2")
+    assert [h.id for h in a.exchange_heads("u", ["e_u_1", "e_u_2"])] == ["e_u_1"]
+    assert a.exchange_heads("other", ["e_u_1"]) == []
+
+
 def test_delete_exchange_removes_row_and_index_entries(store: Store) -> None:
     store.insert_exchange(ex("u", 1, "zebra crossing"))
     store.insert_exchange(ex("u", 2, "zebra stripes"))

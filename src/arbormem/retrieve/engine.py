@@ -28,7 +28,7 @@ from ..models import Exchange, Hit, Recall, RecallTrace, Topic
 from ..organize.aliases import resolve_topic_hits
 from ..organize.recall_hooks import linked_topics, recall_marks
 from ..render import render_exchange
-from ..store.base import ExchangeFilter, Store
+from ..store.base import ExchangeFilter, ExchangeHead, Store
 from ..tokens import TokenCounter
 from . import scoring
 from .pack import Packer, stopped
@@ -180,6 +180,27 @@ class Retriever:
             del cands[i]
         return floor, best, len(out), answered
 
+    def _marks(self, user_id: str, cands: dict[str, Candidate], exchanges: dict[str, Exchange | ExchangeHead],
+               max_tokens: int, where: ExchangeFilter | None) -> None:
+        """Consolidation marks (organize/consolidate.py): updates outrank the facts they
+        superseded (both stay, rendered marked); pinned topics' latest exchanges come first.
+        Heads carry the organiser's marks, which is all recall_marks reads of an exchange; it
+        gets only the rows with metadata (a mark needs some), not every candidate to decode."""
+        scores = {i: c.score for i, c in cands.items()}
+        marked = {i: e for i, e in exchanges.items() if e.metadata}
+        joins = recall_marks(self.store, user_id, scores, cast(dict[str, Exchange], marked), max_tokens,
+                             lambda e: self.counter.count(render_exchange(e)) + 1)
+        for i, source in joins.items():
+            if i not in exchanges and i in marked:
+                exchanges[i] = marked[i]
+            ex = exchanges.get(i)
+            if where and source == "pinned" and not (isinstance(ex, Exchange) and where.matches(ex)):
+                scores.pop(i, None)
+                continue
+            cands.setdefault(i, Candidate(i)).sources.add(source)
+        for i, s in scores.items():
+            cands[i].score = s
+
     # -- public operations ------------------------------------------------------------------------
     def search(self, user_id: str, query: str, limit: int, where: ExchangeFilter | None = None,
                min_relevance: float | None = None) -> list[Hit]:
@@ -226,22 +247,11 @@ class Retriever:
                         del cands[i]
             clock.lap("llm_plan")
         # The model's picks are its judgement: the per-exchange cut spares them (not the gate).
-        picked = {i for i, c in cands.items() if any(src.startswith("llm") for src in c.sources)}
+        picked = ({i for i, c in cands.items() if any(src.startswith("llm") for src in c.sources)}
+                  if planner is not None else set())
         floor, best, below, answered = self._floor(cands, min_relevance, picked)
 
-        # Consolidation marks (organize/consolidate.py): updates outrank the facts they
-        # superseded (both stay, rendered marked); pinned topics' latest exchanges come first.
-        scores = {i: c.score for i, c in cands.items()}
-        # Heads carry the organiser's marks, which is all recall_marks reads of an exchange.
-        for i, source in recall_marks(self.store, user_id, scores, cast(dict[str, Exchange], exchanges), max_tokens,
-                                      lambda e: self.counter.count(render_exchange(e)) + 1).items():
-            ex = exchanges.get(i)
-            if where and source == "pinned" and not (isinstance(ex, Exchange) and where.matches(ex)):
-                scores.pop(i, None)
-                continue
-            cands.setdefault(i, Candidate(i)).sources.add(source)
-        for i, s in scores.items():
-            cands[i].score = s
+        self._marks(user_id, cands, exchanges, max_tokens, where)
 
         # Recent exchanges, within their share of the budget.
         recent_list: list[Exchange] = []

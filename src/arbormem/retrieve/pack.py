@@ -82,7 +82,14 @@ class Packer:
         context is rendered two or three times per recall (the refills)."""
         block = self.undated.get(ex.id)
         if block is None:
-            block = self.undated[ex.id] = render_exchange(ex, dated=False, speakers=self.focus.get(ex.id))
+            # The dated block (rendered already) with its day cut off: the same text.
+            dated = self.blocks.get(ex.id)
+            day = f"[{ex.user_at.date().isoformat()}] "
+            if dated is not None and dated.startswith(day):
+                block = dated[len(day):]
+            else:
+                block = render_exchange(ex, dated=False, speakers=self.focus.get(ex.id))
+            self.undated[ex.id] = block
         return block
 
     def take_recent(self, recent: list[Exchange]) -> int:

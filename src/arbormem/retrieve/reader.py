@@ -1,19 +1,37 @@
 """The exchanges one recall reads, each row fetched and tokenised at most once.
 
 Scoring needs only an exchange's head (seq, session, topic, time, status); the coverage and
-feedback stages and packing read a few dozen exchanges whole, mostly the same ones. One reader
-per recall (or search) keeps both, so no stage fetches or tokenises a row another one already
-did.
+feedback stages read the text of a few dozen exchanges (``texts``: no messages or metadata
+to decode), and packing reads fewer whole. One reader per recall (or search) keeps all three,
+so no stage fetches a row another one already did. Tokenising a text is a pure function of
+the text, cached for the process (``_TEXT_CACHE`` texts, each way): recalls on one memory
+read the same exchanges again and again, and tokenising them was most of what those steps
+cost.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Sequence
 
 from ..models import Exchange
 from ..store.base import ExchangeFilter, ExchangeHead, Store
 from ..text import index_tokens, term_counts
+
+#: Texts whose tokens are kept (per kind): a few MB.
+_TEXT_CACHE = 4096
+
+
+@functools.lru_cache(maxsize=_TEXT_CACHE)
+def token_set(text: str) -> frozenset[str]:
+    """The index tokens of ``text`` (``text.index_tokens``) as a set."""
+    return frozenset(index_tokens(text))
+
+
+@functools.lru_cache(maxsize=_TEXT_CACHE)
+def _term_counts(text: str) -> Counter[str]:
+    return term_counts(text)
 
 
 class ExchangeReader:
@@ -23,8 +41,7 @@ class ExchangeReader:
         self.store = store
         self.user_id = user_id
         self.rows: dict[str, Exchange | ExchangeHead] = {}
-        self._tokens: dict[tuple[str, int], list[str]] = {}
-        self._terms: dict[str, Counter[str]] = {}
+        self._texts: dict[str, tuple[str, str]] = {}
 
     def heads(self, ids: Sequence[str]) -> None:
         """Read the heads of the ``ids`` not read yet (one query)."""
@@ -42,25 +59,35 @@ class ExchangeReader:
                 self.rows[ex.id] = ex
         return {i: x for i in ids if isinstance(x := self.rows.get(i), Exchange)}
 
+    def texts(self, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """(user text, assistant text) for ``ids`` (in that order; unknown or deleted ones left
+        out): from the whole rows read so far, the rest in one query."""
+        out = self._texts
+        missing = []
+        for i in ids:
+            if i not in out:
+                ex = self.rows.get(i)
+                if isinstance(ex, Exchange):
+                    out[i] = (ex.user_text, ex.assistant_text)
+                else:
+                    missing.append(i)
+        if missing:
+            out.update(self.store.exchange_texts(self.user_id, missing))
+        return {i: t for i in ids if (t := out.get(i)) is not None}
+
     def by_seq(self, seqs: Sequence[int], where: ExchangeFilter | None) -> list[ExchangeHead]:
         """Heads of the exchanges at these sequence numbers (not kept: the caller decides)."""
         return self.store.heads_by_seq(self.user_id, seqs, where) if seqs else []
 
-    def index_tokens(self, ex_id: str, part: int) -> list[str]:
+    def _text(self, ex_id: str) -> tuple[str, str]:
+        got = self._texts.get(ex_id)
+        return got if got is not None else self.texts([ex_id])[ex_id]
+
+    def index_tokens(self, ex_id: str, part: int) -> frozenset[str]:
         """Index tokens of a read exchange's user (``part`` 0) or assistant (1) text."""
-        key = (ex_id, part)
-        toks = self._tokens.get(key)
-        if toks is None:
-            ex = self.rows[ex_id]
-            assert isinstance(ex, Exchange)
-            toks = self._tokens[key] = index_tokens(ex.assistant_text if part else ex.user_text)
-        return toks
+        return token_set(self._text(ex_id)[part])
 
     def term_counts(self, ex_id: str) -> Counter[str]:
-        """Term counts of a read exchange's text."""
-        counts = self._terms.get(ex_id)
-        if counts is None:
-            ex = self.rows[ex_id]
-            assert isinstance(ex, Exchange)
-            counts = self._terms[ex_id] = term_counts(ex.text)
-        return counts
+        """Term counts of a read exchange's text (shared: do not change them)."""
+        user, assistant = self._text(ex_id)
+        return _term_counts(f"{user}\n{assistant}" if assistant else user)

@@ -53,7 +53,7 @@ from ..config import RecallSettings
 from ..models import Exchange
 from ..store.base import ExchangeFilter, ExchangeHead
 from ..text import identifier_like, idf, index_tokens
-from .reader import ExchangeReader
+from .reader import ExchangeReader, token_set
 
 #: Reciprocal-rank constant of the topic fusion (the usual 60; 10 or 2 were within +-0.3).
 RRF_K = 60.0
@@ -80,7 +80,7 @@ PLAN_TIME_MUL = 1.5
 PLAN_TIME_TOP = 1.2
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """One exchange in the final ranking."""
 
@@ -116,13 +116,19 @@ def _seq(exchanges: Mapping[str, Exchange | ExchangeHead], ex_id: str) -> int:
 
 def ranked_ids(scores: Mapping[str, float], exchanges: Mapping[str, Exchange | ExchangeHead]) -> list[str]:
     """Ids best first (ties in conversation order), those with a known exchange."""
-    return [i for i in sorted(scores, key=lambda i: (-scores[i], _seq(exchanges, i))) if i in exchanges]
+    # (Sorting key tuples built in one pass: a key function per item cost more than the sort.
+    # A user's sequence numbers are unique, so the id never decides.)
+    keys = [(-s, ex.seq, i) for i, s in scores.items() if (ex := exchanges.get(i)) is not None]
+    keys.sort()
+    return [i for _, _, i in keys]
 
 
 def rank_candidates(cands: Mapping[str, Candidate],
                     exchanges: Mapping[str, Exchange | ExchangeHead]) -> list[Candidate]:
     """Candidates best first, ties in conversation order."""
-    return sorted(cands.values(), key=lambda c: (-c.score, _seq(exchanges, c.ex_id)))
+    order = sorted([(-c.score, _seq(exchanges, i), n) for n, (i, c) in enumerate(cands.items())])
+    values = list(cands.values())
+    return [values[n] for _, _, n in order]
 
 
 @dataclass
@@ -262,13 +268,15 @@ def add_neighbours(r: Ranking, w: RecallSettings, where: ExchangeFilter | None) 
         by_seq[(nb.session_id, nb.seq)] = nb.id
         r.sources[nb.id].add("neighbour")
     base = dict(r.fused)
-    for i in list(r.fused):
+    floor, weight, fused = r.floor, w.neighbour_weight, r.fused
+    for i, s in base.items():
         hit = exchanges.get(i)
         if hit is None:
             continue
-        best_nb = max((base[j] for d in (-1, 1)
-                       if (j := by_seq.get((hit.session_id, hit.seq + d))) is not None), default=r.floor)
-        r.fused[i] = base[i] + w.neighbour_weight * max(best_nb, r.floor)
+        sid, seq = hit.session_id, hit.seq
+        before, after = by_seq.get((sid, seq - 1)), by_seq.get((sid, seq + 1))
+        best = max(floor, base.get(before, floor) if before else floor, base.get(after, floor) if after else floor)
+        fused[i] = s + weight * best
 
 
 def lift_coverage(r: Ranking, terms: tuple[str, ...], w: RecallSettings) -> None:
@@ -286,9 +294,8 @@ def lift_coverage(r: Ranking, terms: tuple[str, ...], w: RecallSettings) -> None
     want = set(index_tokens(" ".join(terms)))
     if not want:
         return
-    full = r.reader.full(r.order()[: w.coverage_depth])
-    for i, ex in full.items():
-        best = max(len(want.intersection(r.reader.index_tokens(ex.id, k))) for k in (0, 1))
+    for i, (user, assistant) in r.reader.texts(r.order()[: w.coverage_depth]).items():
+        best = max(len(want.intersection(token_set(user))), len(want.intersection(token_set(assistant))))
         r.coverage[i] = best / len(want)
         r.fused[i] += w.coverage_weight * r.coverage[i]
 
@@ -316,11 +323,11 @@ def feedback(r: Ranking, terms: tuple[str, ...], n_docs: int, w: RecallSettings)
     tail = order[w.feedback_keep : w.feedback_keep + w.feedback_depth]
     if not tail:
         return
-    docs = r.reader.full(order[: w.feedback_docs])
+    docs = r.reader.texts(order[: w.feedback_docs])
     asked = set(terms)
     weight: dict[str, float] = defaultdict(float)
-    for ex in docs.values():
-        counts = r.reader.term_counts(ex.id)
+    for i in docs:
+        counts = r.reader.term_counts(i)
         size = sum(counts.values()) or 1
         for t, n in counts.items():
             if t not in asked:
@@ -334,7 +341,7 @@ def feedback(r: Ranking, terms: tuple[str, ...], n_docs: int, w: RecallSettings)
                      [: w.feedback_terms])
     if not expansion:
         return
-    texts = {i: r.reader.term_counts(i) for i in r.reader.full(tail)}
+    texts = {i: r.reader.term_counts(i) for i in r.reader.texts(tail)}
     lengths = {i: sum(c.values()) for i, c in texts.items()}
     avg = max(1.0, sum(lengths.values()) / max(1, len(lengths)))
     scored: list[tuple[str, float]] = []

@@ -220,6 +220,12 @@ class Store(ABC):
                              {MARKS_KEY: e.metadata[MARKS_KEY]} if MARKS_KEY in e.metadata else {})
                 for e in self.get_exchanges(user_id, ids)]
 
+    def exchange_texts(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """(user text, assistant text) of the user's exchanges with these ids (unknown ids
+        skipped): what recall's coverage and feedback steps read, without the messages and
+        metadata to decode (stores may override cheaply)."""
+        return {e.id: (e.user_text, e.assistant_text) for e in self.get_exchanges(user_id, ids)}
+
     def heads_by_seq(self, user_id: str, seqs: Sequence[int],
                      where: ExchangeFilter | None = None) -> list[ExchangeHead]:
         """Scoring fields of the user's exchanges with these sequence numbers (recall's

@@ -437,6 +437,17 @@ class PostgresStore(Store):
             ).fetchall()
         return [self._ex(r) for r in rows]
 
+    def exchange_texts(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT id, user_text, assistant_text FROM arbormem_exchanges WHERE user_id = %s AND id = ANY(%s)",
+                (user_id, ids),
+            ).fetchall()
+        return {r[0]: (r[1], r[2]) for r in rows}
+
     def list_exchanges(
         self, user_id: str, *, status: Status | None = None, topic_id: str | None = None,
         after_seq: int | None = None, limit: int | None = None, newest_first: bool = False,

@@ -160,6 +160,11 @@ class _AnnSlot:
         self.building = False  # a background thread holds ``lock`` to build the graph
 
 
+#: Exchange heads by their row (see ``SQLiteStore._head``), at most this many (~1 KB each).
+_HEADS_KEPT = 16_384
+_HEADS: dict[tuple[Any, ...], ExchangeHead] = {}
+
+
 class SQLiteStore(Store):
     """Store on one SQLite file (WAL) or an in-memory database."""
 
@@ -506,12 +511,49 @@ class SQLiteStore(Store):
 
     @staticmethod
     def _head(r: Sequence[Any]) -> ExchangeHead:
-        meta = {MARKS_KEY: json.loads(r[7])} if r[7] else {}
-        return ExchangeHead(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), r[5], bool(r[6]), meta)
+        # A head is a pure function of its row: recalls read the same rows again and again,
+        # and building the (frozen) object cost ~5x looking the row up here.
+        key = tuple(r)
+        head = _HEADS.get(key)
+        if head is None:
+            meta = {MARKS_KEY: json.loads(r[7])} if r[7] else {}
+            head = ExchangeHead(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), r[5], bool(r[6]), meta)
+            if len(_HEADS) >= _HEADS_KEPT:
+                _HEADS.clear()
+            _HEADS[key] = head
+        return head
 
     def exchange_heads(self, user_id: str, ids: Sequence[str]) -> list[ExchangeHead]:
-        return [self._head(r) for r in self._rows_in(
-            f"SELECT {self._HEAD_COLS} FROM exchanges WHERE +user_id = ? AND id IN ({{marks}})", (user_id,), ids)]
+        # Heads read before are kept (per user, per connection) until the database changes:
+        # recall reads the heads of ~350 candidates per query, mostly the same rows from one
+        # query to the next, and looking each one up was its largest read (BENCHMARKS.md,
+        # "Recall stages"). The check is SQLite's own: this connection's change counter and
+        # ``PRAGMA data_version`` (which moves when any other connection commits).
+        cache = self._heads_kept(user_id)
+        missing = [i for i in ids if i not in cache]
+        if missing:
+            for r in self._rows_in(
+                    f"SELECT {self._HEAD_COLS} FROM exchanges WHERE +user_id = ? AND id IN ({{marks}})",
+                    (user_id,), missing):
+                cache[r[0]] = self._head(r)
+        return [h for i in dict.fromkeys(ids) if (h := cache.get(i)) is not None]
+
+    def _heads_kept(self, user_id: str) -> dict[str, ExchangeHead]:
+        """The heads of ``user_id`` kept since the database last changed (see exchange_heads)."""
+        with self._guard() as conn:
+            token = (id(conn), conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0])
+        kept = self.__dict__.setdefault("_heads_by_user", {})
+        got = kept.get(user_id)
+        if got is None or got[0] != token or len(got[1]) > _HEADS_KEPT:
+            if len(kept) > 16:  # a few users at a time
+                kept.clear()
+            got = kept[user_id] = (token, {})
+        return got[1]
+
+    def exchange_texts(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        return {r[0]: (r[1], r[2]) for r in self._rows_in(
+            "SELECT id, user_text, assistant_text FROM exchanges WHERE +user_id = ? AND id IN ({marks})",
+            (user_id,), ids)}
 
     def heads_by_seq(self, user_id: str, seqs: Sequence[int],
                      where: ExchangeFilter | None = None) -> list[ExchangeHead]:
