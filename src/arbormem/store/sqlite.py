@@ -143,12 +143,43 @@ def _vgen_key(user_id: str, kind: str) -> str:
     return f"vectors_rewritten:{kind}:{user_id}"
 
 
+class _SnapshotIds:
+    """The ids of a vector snapshot, decoded one at a time: decoding and indexing 1M ids took
+    ~1 s, more than the rest of a cold open; a recall needs only its k results' ids."""
+
+    __slots__ = ("blob", "starts", "extra")
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob  # the ids in UTF-8, each followed by a NUL (the last one too)
+        ends = np.flatnonzero(np.frombuffer(blob, dtype=np.uint8) == 0)
+        self.starts = np.concatenate([[0], ends + 1]).astype(np.int64)
+        self.extra: list[str] = []  # ids appended after the load
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1 + len(self.extra)
+
+    def __getitem__(self, i: int) -> str:
+        base = len(self.starts) - 1
+        if i < 0:
+            i += len(self)
+        if 0 <= i < base:
+            return self.blob[self.starts[i] : self.starts[i + 1] - 1].decode("utf-8")
+        return self.extra[i - base]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.blob.decode("utf-8").split("\0")[:-1]
+        yield from self.extra
+
+    def extend(self, ids: Iterable[str]) -> None:
+        self.extra.extend(ids)
+
+
 class _VecCache:
-    __slots__ = ("ids", "index", "matrix", "rids", "max_rid", "del_gen", "n", "patched", "vgen", "saved")
+    __slots__ = ("ids", "_index", "matrix", "rids", "max_rid", "del_gen", "n", "patched", "vgen", "saved")
 
     def __init__(self, dim: int) -> None:
-        self.ids: list[str] = []
-        self.index: dict[str, int] = {}
+        self.ids: list[str] | _SnapshotIds = []
+        self._index: dict[str, int] | None = {}
         self.matrix = np.zeros((0, dim), dtype=np.float32)
         self.rids = np.zeros(0, dtype=np.int64)  # rowid of each row: the ANN graph's keys
         self.max_rid = 0
@@ -161,6 +192,13 @@ class _VecCache:
         # rows overwritten in place since the ANN mirror last synced (only kept while the
         # partition has a mirror)
         self.patched: list[int] = []
+
+    @property
+    def index(self) -> dict[str, int]:
+        """id -> row; built on first use after a snapshot load (writes, filtered searches)."""
+        if self._index is None:
+            self._index = {i: j for j, i in enumerate(self.ids)}
+        return self._index
 
 
 class _AnnSlot:
@@ -746,16 +784,17 @@ class SQLiteStore(Store):
                 new_ids: list[str] = []
                 new_vecs: list[np.ndarray] = []
                 new_rids: list[int] = []
+                index = cache.index
                 for rid, item_id, blob in rows:
                     v = np.frombuffer(blob, dtype=np.float32)
-                    j = cache.index.get(item_id)
+                    j = index.get(item_id)
                     if j is not None:
                         cache.matrix[j] = v
                         cache.rids[j] = rid
                         if mirrored:
                             cache.patched.append(j)
                     else:
-                        cache.index[item_id] = cache.n + len(new_ids)
+                        index[item_id] = cache.n + len(new_ids)
                         new_ids.append(item_id)
                         new_vecs.append(v)
                         new_rids.append(rid)
@@ -856,7 +895,7 @@ class SQLiteStore(Store):
             token = str(info["token"])
             matrix = np.load(base.with_name(f"{base.name}.{token}.f32.npy"), mmap_mode="c")
             rids = np.load(base.with_name(f"{base.name}.{token}.rid.npy"))
-            ids = base.with_name(f"{base.name}.{token}.ids").read_bytes().decode("utf-8").split("\0")
+            ids = _SnapshotIds(base.with_name(f"{base.name}.{token}.ids").read_bytes())
             if matrix.shape != (n, dim) or matrix.dtype != np.float32 or rids.shape != (n,) or len(ids) != n:
                 raise ValueError("shape")
             j = int(np.argmax(rids))
@@ -868,7 +907,7 @@ class SQLiteStore(Store):
             return None
         cache = _VecCache(dim)
         cache.matrix, cache.rids, cache.ids, cache.n, cache.max_rid = matrix, rids, ids, n, max_rid
-        cache.index = dict(zip(ids, range(n), strict=True))
+        cache._index = None
         cache.saved = (n, max_rid, del_gen, vgen)
         return cache
 
@@ -885,7 +924,7 @@ class SQLiteStore(Store):
                 if (cache.n < self._ann_background_rows or cache.vgen < 0 or cache.saved == state
                         or self._cache.get((user_id, kind)) is not cache):
                     continue
-                matrix, rids, ids = cache.matrix[: cache.n], cache.rids[: cache.n].copy(), cache.ids[: cache.n]
+                matrix, rids, ids = cache.matrix[: cache.n], cache.rids[: cache.n].copy(), list(cache.ids)[: cache.n]
             if any("\0" in i for i in ids):
                 continue
             base, mark = self._snap_path(user_id, kind)
@@ -896,7 +935,7 @@ class SQLiteStore(Store):
                 base.parent.mkdir(parents=True, exist_ok=True)
                 np.save(base.with_name(f"{base.name}.{token}.f32.npy"), matrix, allow_pickle=False)
                 np.save(base.with_name(f"{base.name}.{token}.rid.npy"), rids, allow_pickle=False)
-                base.with_name(f"{base.name}.{token}.ids").write_bytes("\0".join(ids).encode("utf-8"))
+                base.with_name(f"{base.name}.{token}.ids").write_bytes("".join(i + "\0" for i in ids).encode("utf-8"))
                 tmp.write_text(json.dumps({"token": token, "dim": int(matrix.shape[1]), "n": state[0],
                                            "max_rid": state[1], "del_gen": state[2], "vgen": state[3],
                                            "watermark": mark}))
