@@ -36,3 +36,30 @@ def test_common_terms_are_left_out_while_a_rarer_term_remains(tmp_path: Path,
         assert len(store.text_search("u", "exchange", ["alice", "kubernetes"], 50)) == 32
     finally:
         store.close()
+
+
+def test_a_user_owning_most_rows_is_searched_without_the_user_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Matching the terms alone and filtering the user's rows after gives the same hits and
+    scores as the user token in the MATCH, for the big user and the small one alike."""
+    store = SQLiteStore(tmp_path / "m.db")
+    try:
+        for user, n in (("big", 40), ("small", 8)):
+            for seq in range(1, n + 1):
+                body = f"{user} note {seq} about {'kubernetes' if seq % 3 else 'weather'} and {'tea' if seq % 2 else 'coffee'}"
+                store.insert_exchange(ex(user, seq, body))
+                store.put_text(user, "exchange", f"e_{user}_{seq}", body)
+        assert store._owns_most("big") and not store._owns_most("small")
+        queries = (["kubernetes", "tea"], ["weather"], ["coffee", "note"])
+        got = {(u, tuple(q)): store.text_search(u, "exchange", list(q), 10) for u in ("big", "small") for q in queries}
+        monkeypatch.setattr(sqlite_store, "OWNER_SHARE", 2.0)  # never: the token in the MATCH
+        for (u, q), hits in got.items():
+            assert hits and all(h[0].startswith(f"e_{u}_") for h in hits)
+            other = store.text_search(u, "exchange", list(q), 10)
+            assert [h[0] for h in hits] == [h[0] for h in other]
+            assert [h[1] for h in hits] == pytest.approx([h[1] for h in other], rel=1e-9, abs=1e-12)
+        monkeypatch.setattr(sqlite_store, "OWNER_SHARE", 0.0)  # always
+        for (u, q), hits in got.items():
+            assert [h[0] for h in store.text_search(u, "exchange", list(q), 10)] == [h[0] for h in hits]
+    finally:
+        store.close()

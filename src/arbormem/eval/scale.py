@@ -422,6 +422,12 @@ class ScaleResult(Serializable):
     #: SQLite: seconds from the first recall until the background ANN graph was ready (recalls
     #: search exactly meanwhile; timings start after it); 0 when there was none.
     ann_ready_s: float = 0.0
+    #: SQLite: a new process opening the memory again after the timed store was closed (which
+    #: saved the ANN graphs and vector snapshots beside it): ms to construct ``Memory``, ms of
+    #: its first recall, and seconds until its background graph load and check was done.
+    reopen_open_ms: float = 0.0
+    reopen_first_recall_ms: float = 0.0
+    reopen_ann_ready_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -495,6 +501,39 @@ def _client(cfg: ScaleConfig, path: str | None, queries: list[str], barrier: Any
         out.put((start, time.time(), ms))
     finally:
         mem.close()
+
+
+def _reopen(cfg: ScaleConfig, path: str, query: str, out: Any) -> None:
+    """A cold process: open the saved memory, time its first recall, wait for its graphs."""
+    world = World(cfg.size, cfg.dim, cfg.seed)
+    emb = SubjectEmbedder(world)
+    t0 = time.perf_counter()
+    mem = _open(cfg, Path(path), emb)
+    opened = (time.perf_counter() - t0) * 1000
+    try:
+        t0 = time.perf_counter()
+        mem.recall(query, user_id="scale", max_tokens=cfg.budget)
+        first = (time.perf_counter() - t0) * 1000
+        ready = wait_for_background_graphs(mem.store)
+        out.put((opened, first, ready))
+    finally:
+        mem.close()
+
+
+def reopen_recall(cfg: ScaleConfig, path: str, query: str) -> tuple[float, float, float]:
+    """(open ms, first recall ms, graph ready s) of a fresh process reopening ``path``."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    p = ctx.Process(target=_reopen, args=(cfg, path, query, out))
+    p.start()
+    try:
+        return out.get(timeout=3600)
+    finally:
+        p.join(timeout=600)
+        if p.is_alive():
+            p.terminate()
 
 
 def concurrent_recall(cfg: ScaleConfig, path: str | None, queries: list[str]) -> tuple[list[float], float]:
@@ -576,6 +615,11 @@ def run_size(cfg: ScaleConfig) -> ScaleResult:
         rc = _pcts(ms)
         _log(cfg.progress, f"{cfg.size:,}: recall p50 {rc['p50']:.1f} ms, p95 {rc['p95']:.1f} ms, "
                            f"answer found in {answer_rate:.0%}")
+        reopen = (0.0, 0.0, 0.0)
+        if cfg.store == "sqlite":
+            reopen = reopen_recall(cfg, str(path), queries[-1][0])
+            _log(cfg.progress, f"{cfg.size:,}: reopened in a new process: open {reopen[0]:.0f} ms, first recall "
+                               f"{reopen[1]:.0f} ms, ANN graphs loaded and checked {reopen[2]:.1f} s after it")
         conc: dict[str, float] = {}
         conc_rate = 0.0
         if cfg.clients > 0:
@@ -591,6 +635,8 @@ def run_size(cfg: ScaleConfig) -> ScaleResult:
         recall_ms=rc, stage_ms=_stages(traces), answer_rate=answer_rate, recall_tokens_mean=tokens,
         clients=cfg.clients, concurrent_ms=conc, concurrent_per_s=conc_rate,
         seconds=time.perf_counter() - t_start, ann_ready_s=round(ann_ready, 1),
+        reopen_open_ms=round(reopen[0], 1), reopen_first_recall_ms=round(reopen[1], 1),
+        reopen_ann_ready_s=round(reopen[2], 1),
     )
 
 
@@ -691,7 +737,9 @@ def scale_markdown(rep: ScaleReport) -> str:
         lines.append(
             f"| {r.store} | {r.size:,} | {r.load.topics:,} | {r.load.seconds:,.0f} ({r.load_per_s:,.0f}) "
             f"| {r.bytes_per_exchange:,.0f} | {r.first_recall_ms:,.0f}"
-            + (f" (ANN graph ready after {r.ann_ready_s:,.0f} s)" if r.ann_ready_s >= 1 else "") + " "
+            + (f" (ANN graph ready after {r.ann_ready_s:,.0f} s)" if r.ann_ready_s >= 1 else "")
+            + (f"; reopened: {r.reopen_first_recall_ms:,.0f} (open {r.reopen_open_ms:,.0f}, graph checked "
+               f"after {r.reopen_ann_ready_s:,.1f} s)" if r.reopen_first_recall_ms else "") + " "
             f"| {r.recall_ms['p50']:.1f} / {r.recall_ms['p95']:.1f} / {r.recall_ms['p99']:.1f} "
             f"| {r.recall_ms['p95'] / base[r.store]:.2f}x | {_stage(s, 'lexical')} / {_stage(s, 'indexes')} / {_stage(s, 'fuse')} / {_stage(s, 'expand')} / {_stage(s, 'pack')} / {_stage(s, 'render')} "
             f"| {r.answer_rate:.0%} | {conc} |")
@@ -702,5 +750,5 @@ def scale_markdown(rep: ScaleReport) -> str:
 __all__ = [
     "STORES", "History", "LoadStats", "ScaleConfig", "ScaleReport", "ScaleResult", "SubjectEmbedder", "World",
     "build_tree", "bulk_load", "concurrent_recall", "lexical_key", "load_scale_report", "merge_scale",
-    "run_scale", "run_size", "scale_markdown", "subjects_for", "synthesise", "time_recalls",
+    "reopen_recall", "run_scale", "run_size", "scale_markdown", "subjects_for", "synthesise", "time_recalls",
 ]

@@ -134,4 +134,24 @@ SQLITE_MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE topic_fts_v3 RENAME TO topic_fts;
         """,
     ),
+    (
+        4,
+        "count in-place vector rewrites per partition",
+        # A vector rewritten in place keeps its rowid, so rowids and counts cannot show it.
+        # The store saves a large partition's vector cache beside the database and trusts it
+        # on the next open only if this count (and the row count, highest rowid, deletion
+        # generation) is unchanged. A trigger, so that any writer - raw SQL included - counts.
+        # (Deletions need none: they lower the row count below the saved highest rowid.)
+        """
+        CREATE TRIGGER vectors_rewritten AFTER UPDATE OF vec, rid, item_id, user_id, kind ON vectors
+        BEGIN
+            INSERT INTO meta (key, value) VALUES ('vectors_rewritten:' || NEW.kind || ':' || NEW.user_id, '1')
+            ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;
+            INSERT INTO meta (key, value)
+            SELECT 'vectors_rewritten:' || OLD.kind || ':' || OLD.user_id, '1'
+            WHERE OLD.kind IS NOT NEW.kind OR OLD.user_id IS NOT NEW.user_id
+            ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;
+        END;
+        """,
+    ),
 ]

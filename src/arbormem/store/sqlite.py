@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import random
 import sqlite3
 import threading
@@ -64,6 +65,11 @@ _ROWS = {"exchange": "exchanges", "topic": "topics"}
 #: while a rarer term remains (see ``SQLiteStore.text_search``). Below ~50k exchanges hardly
 #: any content word is that common, so small memories rank exactly as before.
 COMMON_DF = 5_000
+
+
+#: A user holding at least this share of the table's exchanges is searched without the user
+#: token in the full-text MATCH (``SQLiteStore._owns_most``).
+OWNER_SHARE = 0.5
 
 
 #: Bytes of the database file read through a memory map (the first 256 MB; past that, reads).
@@ -131,20 +137,68 @@ def _fts_query(uid: str, terms: Sequence[str]) -> str:
     return f'uid : "{uid}" AND body : ({quoted})'
 
 
+def _vgen_key(user_id: str, kind: str) -> str:
+    """Meta key of the count of in-place vector rewrites of a partition (``put_vectors``
+    overwriting a stored row keeps its rowid, so rowids alone cannot show it)."""
+    return f"vectors_rewritten:{kind}:{user_id}"
+
+
+class _SnapshotIds:
+    """The ids of a vector snapshot, decoded one at a time: decoding and indexing 1M ids took
+    ~1 s, more than the rest of a cold open; a recall needs only its k results' ids."""
+
+    __slots__ = ("blob", "starts", "extra")
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob  # the ids in UTF-8, each followed by a NUL (the last one too)
+        ends = np.flatnonzero(np.frombuffer(blob, dtype=np.uint8) == 0)
+        self.starts = np.concatenate([[0], ends + 1]).astype(np.int64)
+        self.extra: list[str] = []  # ids appended after the load
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1 + len(self.extra)
+
+    def __getitem__(self, i: int) -> str:
+        base = len(self.starts) - 1
+        if i < 0:
+            i += len(self)
+        if 0 <= i < base:
+            return self.blob[self.starts[i] : self.starts[i + 1] - 1].decode("utf-8")
+        return self.extra[i - base]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.blob.decode("utf-8").split("\0")[:-1]
+        yield from self.extra
+
+    def extend(self, ids: Iterable[str]) -> None:
+        self.extra.extend(ids)
+
+
 class _VecCache:
-    __slots__ = ("ids", "index", "matrix", "rids", "max_rid", "del_gen", "n", "patched")
+    __slots__ = ("ids", "_index", "matrix", "rids", "max_rid", "del_gen", "n", "patched", "vgen", "saved")
 
     def __init__(self, dim: int) -> None:
-        self.ids: list[str] = []
-        self.index: dict[str, int] = {}
+        self.ids: list[str] | _SnapshotIds = []
+        self._index: dict[str, int] | None = {}
         self.matrix = np.zeros((0, dim), dtype=np.float32)
         self.rids = np.zeros(0, dtype=np.int64)  # rowid of each row: the ANN graph's keys
         self.max_rid = 0
         self.del_gen = -1
         self.n = 0
+        # the partition's rewrite count this cache is known to match; -1: unknown (another
+        # writer rewrote rows in place, which this cache does not see): never snapshotted
+        self.vgen = -1
+        self.saved: tuple[int, ...] | None = None  # state of the snapshot on disk, if any
         # rows overwritten in place since the ANN mirror last synced (only kept while the
         # partition has a mirror)
         self.patched: list[int] = []
+
+    @property
+    def index(self) -> dict[str, int]:
+        """id -> row; built on first use after a snapshot load (writes, filtered searches)."""
+        if self._index is None:
+            self._index = {i: j for j, i in enumerate(self.ids)}
+        return self._index
 
 
 class _AnnSlot:
@@ -398,6 +452,10 @@ class SQLiteStore(Store):
         if self._closed:
             return
         self._save_ann(force=True)
+        try:
+            self._save_snapshots()
+        except (sqlite3.Error, StoreError) as exc:  # an accelerator: never fail a close over it
+            log.warning("could not save the vector snapshots: %s", exc)
         self._closed = True
         for conn in self._conns:
             try:
@@ -696,6 +754,9 @@ class SQLiteStore(Store):
                 "ON CONFLICT (kind, item_id) DO UPDATE SET vec = excluded.vec",
                 [(kind, i, user_id, v.tobytes()) for i, v in zip(ids, vectors, strict=True)],
             )
+            # rows rewritten in place were counted (migration 4's trigger)
+            got = conn.execute("SELECT value FROM meta WHERE key = ?", (_vgen_key(user_id, kind),)).fetchone()
+        vgen = int(got[0]) if got else 0
         # An upsert keeps the old rowid, so the incremental cache refresh would not see it:
         # patch rows already cached in place (only our own writes reach here).
         key = (user_id, kind)
@@ -711,6 +772,10 @@ class SQLiteStore(Store):
                 self._ann.pop(key, None)
                 return
             self._touch(key)
+            if vgen != cache.vgen:
+                # our rewrite(s) counted; unless someone else's came between, the cache has
+                # them all (patched below)
+                cache.vgen = vgen if cache.vgen >= 0 and self._own_rewrites(cache, ids, vgen) else -1
             mirrored = key in self._ann
             for i, v in zip(ids, vectors, strict=True):
                 j = cache.index.get(i)
@@ -724,6 +789,12 @@ class SQLiteStore(Store):
                 # mirror reconcile, and a large rebuild goes to the background.
                 del self._cache[key]
 
+    @staticmethod
+    def _own_rewrites(cache: _VecCache, ids: Sequence[str], vgen: int) -> bool:
+        """Whether the rewrite count moving from ``cache.vgen`` to ``vgen`` is this call's own:
+        one count per id of the call already in the cache (rows above its max rowid are new)."""
+        return vgen - cache.vgen == len({i for i in ids if i in cache.index})
+
     def get_vectors(self, user_id: str, kind: IndexKind, ids: Sequence[str]) -> dict[str, np.ndarray]:
         rows = self._rows_in(
             "SELECT item_id, vec FROM vectors WHERE user_id = ? AND kind = ? AND item_id IN ({marks})",
@@ -731,15 +802,20 @@ class SQLiteStore(Store):
         return {item_id: np.frombuffer(blob, dtype=np.float32).copy() for item_id, blob in rows}
 
     def _refresh(self, user_id: str, kind: str, dim: int) -> _VecCache:
-        row = self._exec("SELECT del_gen FROM user_state WHERE user_id = ?", (user_id,)).fetchone()
-        del_gen = int(row[0]) if row else 0
+        row = self._exec("SELECT (SELECT del_gen FROM user_state WHERE user_id = ?), "
+                         "(SELECT value FROM meta WHERE key = ?)", (user_id, _vgen_key(user_id, kind))).fetchone()
+        del_gen = int(row[0] or 0)
+        vgen = int(row[1] or 0)
         key = (user_id, kind)
         with self._cache_lock:
             cache = self._cache.get(key)
             if cache is None or cache.del_gen != del_gen or cache.matrix.shape[1] != dim:
-                cache = _VecCache(dim)
+                cache = self._load_snapshot(user_id, kind, dim, del_gen, vgen) or _VecCache(dim)
                 cache.del_gen = del_gen
+                cache.vgen = vgen
                 self._cache[key] = cache
+            elif cache.vgen != vgen:
+                cache.vgen = -1  # rewritten by another writer since: do not snapshot this copy
             self._touch(key)
             rows = self._rows(
                 "SELECT rid, item_id, vec FROM vectors WHERE user_id = ? AND kind = ? AND rid > ? ORDER BY rid",
@@ -750,16 +826,17 @@ class SQLiteStore(Store):
                 new_ids: list[str] = []
                 new_vecs: list[np.ndarray] = []
                 new_rids: list[int] = []
+                index = cache.index
                 for rid, item_id, blob in rows:
                     v = np.frombuffer(blob, dtype=np.float32)
-                    j = cache.index.get(item_id)
+                    j = index.get(item_id)
                     if j is not None:
                         cache.matrix[j] = v
                         cache.rids[j] = rid
                         if mirrored:
                             cache.patched.append(j)
                     else:
-                        cache.index[item_id] = cache.n + len(new_ids)
+                        index[item_id] = cache.n + len(new_ids)
                         new_ids.append(item_id)
                         new_vecs.append(v)
                         new_rids.append(rid)
@@ -825,6 +902,106 @@ class SQLiteStore(Store):
         top = np.argpartition(-scores, k)[:k] if k < rows.size else np.arange(rows.size)
         top = top[np.argsort(-scores[top])]
         return [(cache.ids[int(rows[t])], float(scores[t])) for t in top]
+
+    # -- vector snapshots: a cold open reads the cache from a file, not 1M rows -------------------
+    def _snap_path(self, user_id: str, kind: str) -> tuple[Path, dict[str, str]]:
+        path, mark = self._ann_path(user_id, kind)
+        return path.with_name(path.name.replace(".usearch", ".vectors")), mark
+
+    def _load_snapshot(self, user_id: str, kind: str, dim: int, del_gen: int, vgen: int) -> _VecCache | None:
+        """The partition's vector cache as saved at the last close, if it still holds: the
+        same deletion and rewrite generations, the same number of rows up to its highest
+        rowid, and that row's id and vector equal to SQLite's (files are named by a token the
+        watermark gives, so a torn save is never paired with another's watermark). Rows added
+        since are read by the caller's incremental refresh. None: read everything from SQLite.
+        Under ``_cache_lock``."""
+        if self._ann_dir is None:
+            return None
+        base, mark = self._snap_path(user_id, kind)
+        meta = base.with_name(base.name + ".json")
+        try:
+            info = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            return None
+        try:
+            n, max_rid = int(info["n"]), int(info["max_rid"])
+            if (info.get("watermark") != mark or int(info["dim"]) != dim or int(info["del_gen"]) != del_gen
+                    or int(info["vgen"]) != vgen):
+                raise ValueError("generation")
+            count, top = self._exec(
+                "SELECT count(*), max(rid) FROM vectors WHERE user_id = ? AND kind = ? AND rid <= ?",
+                (user_id, kind, max_rid)).fetchone()
+            last = self._exec("SELECT item_id, vec FROM vectors WHERE rid = ?", (max_rid,)).fetchone()
+            if count != n or top != max_rid or last is None:
+                raise ValueError("rows")
+            token = str(info["token"])
+            matrix = np.load(base.with_name(f"{base.name}.{token}.f32.npy"), mmap_mode="c")
+            rids = np.load(base.with_name(f"{base.name}.{token}.rid.npy"))
+            ids = _SnapshotIds(base.with_name(f"{base.name}.{token}.ids").read_bytes())
+            if matrix.shape != (n, dim) or matrix.dtype != np.float32 or rids.shape != (n,) or len(ids) != n:
+                raise ValueError("shape")
+            j = int(np.argmax(rids))
+            if int(rids[j]) != max_rid or ids[j] != last[0] or matrix[j].tobytes() != bytes(last[1]):
+                raise ValueError("last row")
+        except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            log.info("vector snapshot %s not used (%s): reading the vectors from SQLite", base, exc)
+            self._drop_snapshot(user_id, kind)
+            return None
+        cache = _VecCache(dim)
+        cache.matrix, cache.rids, cache.ids, cache.n, cache.max_rid = matrix, rids, ids, n, max_rid
+        cache._index = None
+        cache.saved = (n, max_rid, del_gen, vgen)
+        return cache
+
+    def _save_snapshots(self) -> None:
+        """Write the vector cache of each large partition whose saved copy is missing or
+        behind (at close): float32 rows, rowids, ids, then the watermark naming them."""
+        if self._ann_dir is None:
+            return
+        with self._cache_lock:
+            caches = list(self._cache.items())
+        for (user_id, kind), cache in caches:
+            with self._cache_lock:
+                state = (cache.n, cache.max_rid, cache.del_gen, cache.vgen)
+                if (cache.n < self._ann_background_rows or cache.vgen < 0 or cache.saved == state
+                        or self._cache.get((user_id, kind)) is not cache):
+                    continue
+                matrix, rids, ids = cache.matrix[: cache.n], cache.rids[: cache.n].copy(), list(cache.ids)[: cache.n]
+            if any("\0" in i for i in ids):
+                continue
+            base, mark = self._snap_path(user_id, kind)
+            token = uuid.uuid4().hex[:12]
+            meta = base.with_name(base.name + ".json")
+            tmp = meta.with_name(meta.name + f".{token}.tmp")
+            try:
+                base.parent.mkdir(parents=True, exist_ok=True)
+                np.save(base.with_name(f"{base.name}.{token}.f32.npy"), matrix, allow_pickle=False)
+                np.save(base.with_name(f"{base.name}.{token}.rid.npy"), rids, allow_pickle=False)
+                base.with_name(f"{base.name}.{token}.ids").write_bytes("".join(i + "\0" for i in ids).encode("utf-8"))
+                tmp.write_text(json.dumps({"token": token, "dim": int(matrix.shape[1]), "n": state[0],
+                                           "max_rid": state[1], "del_gen": state[2], "vgen": state[3],
+                                           "watermark": mark}))
+                os.replace(tmp, meta)
+            except OSError as exc:
+                log.warning("could not save the vector snapshot %s: %s", base, exc)
+                tmp.unlink(missing_ok=True)
+                self._drop_snapshot(user_id, kind, keep=None)
+                continue
+            cache.saved = state
+            self._drop_snapshot(user_id, kind, keep=token)
+
+    def _drop_snapshot(self, user_id: str, kind: str, keep: str | None = None) -> None:
+        """Remove the partition's snapshot files (all but token ``keep``'s; keep=None: the
+        watermark too)."""
+        if self._ann_dir is None:
+            return
+        base, _ = self._snap_path(user_id, kind)
+        if keep is None:
+            base.with_name(base.name + ".json").unlink(missing_ok=True)
+        for p in base.parent.glob(base.name + ".*"):
+            if p.name == base.name + ".json" or (keep is not None and p.name.startswith(f"{base.name}.{keep}.")):
+                continue
+            p.unlink(missing_ok=True)
 
     # -- approximate vector search (store/ann.py) --------------------------------------------
     def _ann_path(self, user_id: str, kind: str) -> tuple[Path, dict[str, str]]:
@@ -963,6 +1140,20 @@ class SQLiteStore(Store):
             terms = rare or [min(terms, key=lambda t: df.get(t, 0))]
         table = _FTS[kind]
         cond, params = _filter_sql(where) if kind == "exchange" else ("", [])
+        if not cond and self._owns_most(user_id):
+            # The user holds most of the table: match the terms alone and keep the user's rows
+            # (CROSS JOIN: the full-text matches drive the join). With the user's token in the
+            # MATCH, FTS5 walked that token's postings - every document of the partition - on
+            # each search, and bm25() counted them: 65-140 ms at 1M exchanges against 1-2 ms
+            # (BENCHMARKS.md, "Scale 1M, issue 22"). Scores are the same: bm25's statistics are
+            # the table's either way, and the uid column weighs 0.
+            quoted = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+            rows = self._rows(
+                f"SELECT r.id, bm25({table}, 0.0, 1.0) AS s FROM {table} CROSS JOIN {_ROWS[kind]} r "
+                f"ON r.rid = {table}.rowid WHERE {table} MATCH ? AND r.user_id = ? ORDER BY s LIMIT ?",
+                (f"body : ({quoted})", user_id, int(k)),
+            )
+            return [(r[0], -float(r[1])) for r in rows]
         inside = (f" AND rowid IN (SELECT rid FROM exchanges WHERE user_id = ?{cond})" if cond else "")
         # Rank inside FTS5 first, then join only the k winners to their ids: joining before
         # the LIMIT looked up every matching row (thousands for a common word).
@@ -975,6 +1166,16 @@ class SQLiteStore(Store):
         # FTS5's bm25() is negative (smaller = better); flip it so higher = better.
         return [(r[0], -float(r[1])) for r in rows]
 
+    def _owns_most(self, user_id: str) -> bool:
+        """Whether the user's exchanges are at least ``OWNER_SHARE`` of the table's (by sequence
+        counter against the highest rowid: two index lookups). Then a full-text search over
+        every user's rows, filtered after, scores at most ~1/share times the user's own
+        matches; for a smaller share the user's token stays in the MATCH."""
+        row = self._exec("SELECT (SELECT last_seq FROM user_state WHERE user_id = ?), "
+                         "(SELECT max(rid) FROM exchanges)", (user_id,)).fetchone()
+        mine, top = int(row[0] or 0), int(row[1] or 0)
+        return top > 0 and mine >= OWNER_SHARE * top
+
     def delete_index(self, kind: IndexKind, item_id: str) -> None:
         rid = self._rid(kind, item_id)
         if rid is not None:
@@ -982,6 +1183,7 @@ class SQLiteStore(Store):
         row = self._exec("SELECT user_id FROM vectors WHERE kind = ? AND item_id = ?", (kind, item_id)).fetchone()
         if row is not None:
             self._exec("DELETE FROM vectors WHERE kind = ? AND item_id = ?", (kind, item_id))
+            self._drop_snapshot(row[0], kind)  # it holds the deleted vector
             self._exec(
                 "INSERT INTO user_state (user_id, del_gen) VALUES (?, 1) "
                 "ON CONFLICT (user_id) DO UPDATE SET del_gen = del_gen + 1", (row[0],),
@@ -1013,6 +1215,7 @@ class SQLiteStore(Store):
                 self._exec(f"DELETE FROM {table} WHERE uid = ?", (uid,))
             for table in ("exchanges", "topics", "vectors", "changes", "term_df", "user_state"):
                 self._exec(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
+            self._exec("DELETE FROM meta WHERE key IN (?, ?)", [_vgen_key(user_id, k) for k in _ROWS])
             self.purge_deleted_text()
         with self._cache_lock:
             for key in [k for k in self._cache if k[0] == user_id]:
@@ -1025,6 +1228,7 @@ class SQLiteStore(Store):
         if self._ann_dir is not None:
             for kind in _ROWS:  # the graph files hold (quantised) vectors of the user
                 AnnIndex.discard(self._ann_path(user_id, kind)[0])
+                self._drop_snapshot(user_id, kind)
         return n
 
     def _truncate_wal(self, conn: sqlite3.Connection) -> None:
@@ -1065,7 +1269,9 @@ class SQLiteStore(Store):
         return [(r[0], int(r[1])) for r in rows]
 
     def iter_meta(self) -> list[tuple[str, str]]:
-        return [(r[0], r[1]) for r in self._rows("SELECT key, value FROM meta ORDER BY key")]
+        # the rewrite counters belong to this file's vector snapshots, not to the memory
+        return [(r[0], r[1]) for r in self._rows(
+            "SELECT key, value FROM meta WHERE key NOT LIKE 'vectors\\_rewritten:%' ESCAPE '\\' ORDER BY key")]
 
     def get_last_seq(self, user_id: str) -> int:
         row = self._exec("SELECT last_seq FROM user_state WHERE user_id = ?", (user_id,)).fetchone()
@@ -1101,6 +1307,8 @@ class SQLiteStore(Store):
             self._exec(f"DELETE FROM {table} WHERE uid = ?", (uid,))
         for table in ("topics", "vectors", "term_df"):
             self._exec(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
+        for kind in _ROWS:
+            self._drop_snapshot(user_id, kind)
         self._exec(
             "INSERT INTO user_state (user_id, last_seq, del_gen) VALUES (?, ?, 1) "
             "ON CONFLICT (user_id) DO UPDATE SET last_seq = MAX(last_seq, excluded.last_seq), "
@@ -1153,6 +1361,17 @@ class SQLiteStore(Store):
 
 
 def _split_sql(script: str) -> list[str]:
-    """Split a migration script into statements (no statement here contains ';' in a string)."""
+    """Split a migration script into statements (no statement here contains ';' or '--' in a
+    string; a trigger's body, whose statements end in ';', stays whole)."""
     body = "\n".join(line.split("--", 1)[0] for line in script.splitlines())
-    return [s.strip() for s in body.split(";") if s.strip()]
+    out: list[str] = []
+    part = ""
+    for piece in body.split(";"):
+        part += piece + ";"
+        if sqlite3.complete_statement(part):
+            if part.strip(" \n;"):
+                out.append(part.strip().rstrip(";").strip())
+            part = ""
+    if part.strip(" \n;"):
+        out.append(part.strip().rstrip(";").strip())
+    return out
