@@ -258,8 +258,12 @@ class Memory:
             return ImportReport(skipped=_skipped(skipped))
         total = len(todo)
         vecs: dict[int, np.ndarray] = {}
+        # Embedded shortest first across the whole call: an embedder pads each of its batches to
+        # the longest text in it, and sorting only within each ``batch_size`` slice left
+        # add_many's embedding 12% slower than one call over the same LoCoMo texts.
+        by_length = sorted(todo, key=lambda i: len(prepared[i].text))
         for start in range(0, total, batch_size):
-            part = todo[start : start + batch_size]
+            part = by_length[start : start + batch_size]
             vecs.update(zip(part, self.writer.embed([prepared[i].text for i in part]), strict=True))
             if progress is not None:
                 progress(min(start + batch_size, total), total)

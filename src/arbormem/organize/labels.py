@@ -33,6 +33,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import itemgetter
 
 from ..text import STOPWORDS, idf
 
@@ -555,7 +556,9 @@ def prune_phrases(counts: Mapping[str, int], keep: int) -> dict[str, int]:
     """
     if len(counts) <= keep:
         return dict(counts)
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], -kv[0].count(" "), kv[0]))
+    ranked = sorted(counts.items())  # stable sorts, last key first (text.prune_counts)
+    ranked.sort(key=lambda kv: kv[0].count(" "), reverse=True)
+    ranked.sort(key=itemgetter(1), reverse=True)
     return dict(ranked[:keep])
 
 
