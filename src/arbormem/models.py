@@ -39,6 +39,11 @@ class Serializable:
         return out
 
 
+def exchange_text(user_text: str, assistant_text: str) -> str:
+    """An exchange's two texts as one string (``Exchange.text``: what is embedded and indexed)."""
+    return f"{user_text}\n{assistant_text}" if assistant_text else user_text
+
+
 @dataclass(frozen=True)
 class Exchange(Serializable):
     """One user message and the assistant's reply (plus optional system/tool messages).
@@ -66,7 +71,7 @@ class Exchange(Serializable):
     @property
     def text(self) -> str:
         """User and assistant text as one string (what gets embedded and indexed)."""
-        return f"{self.user_text}\n{self.assistant_text}" if self.assistant_text else self.user_text
+        return exchange_text(self.user_text, self.assistant_text)
 
 
 @dataclass(frozen=True)

@@ -133,8 +133,13 @@ def render_exchange(ex: Exchange, dated: bool = True, speakers: AbstractSet[str]
     if mark:
         lines[0] = f"{mark} {lines[0]}"
     if dated:
-        lines[0] = f"[{ex.user_at.date().isoformat()}] {lines[0]}"
+        lines[0] = day_prefix(ex) + lines[0]
     return "\n".join(lines)
+
+
+def day_prefix(ex: Exchange) -> str:
+    """What ``render_exchange(dated=True)`` puts before an exchange's first line."""
+    return f"[{ex.user_at.date().isoformat()}] "
 
 
 def fact_mark(ex: Exchange) -> str:

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import validate
 from ..errors import ConfigError
-from ..models import Serializable
+from ..models import Serializable, exchange_text
 
 WORKLOADS = ("synthetic", "locomo")
 
@@ -194,7 +194,7 @@ def locomo_items(files: Sequence[str], size: int) -> tuple[list[dict[str, Any]],
 def _item_text(item: dict[str, Any]) -> str:
     """The text arbormem embeds for an exchange (``Exchange.text``)."""
     _, user, assistant = validate.messages(item["messages"], limit=1 << 30)
-    return f"{user}\n{assistant}" if assistant else user
+    return exchange_text(user, assistant)
 
 
 # -- measurement helpers ----------------------------------------------------------------------

@@ -351,15 +351,15 @@ class TreeSession:
         norm = float(np.linalg.norm(vsum)) or 1.0
         k = self.s.home_candidates
         hits = self.store.vector_search(self.user_id, "topic", (vsum / norm).astype(np.float32), k)
-        held = [node for i, node in self._nodes.items()
-                if node.kind == "topic" and node.size > 0 and node.vec_sum is not None and i != exclude]
+        held = [(i, node.vec_sum, node.size) for i, node in self._nodes.items()
+                 if node.kind == "topic" and node.size > 0 and node.vec_sum is not None and i != exclude]
         if len(held) > k:
             # A bulk unit of work holds hundreds of leaves; scoring each as a shape in Python
             # for every homing was most of add_many's CPU (O(chunk^2)). Only the k best by
             # average link can reach _find_home's top 8, so the rest are dropped in numpy.
-            links = (np.stack([n.vec_sum for n in held]) @ vsum) / np.array([n.size for n in held])
+            links = (np.stack([v for _, v, _ in held]) @ vsum) / np.array([n for _, _, n in held])
             held = [held[j] for j in np.argpartition(-links, k)[:k]]
-        ids = [i for i, _ in hits] + [node.id for node in held]
+        ids = [i for i, _ in hits] + [i for i, _, _ in held]
         return [sh for i, sh in self._shapes(ids).items()
                 if i != exclude and sh.kind == "topic" and sh.size > 0]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 from ..config import RecallSettings
 from ..models import Exchange
-from ..render import message_text, packet_header, render, render_exchange, speaker
+from ..render import day_prefix, message_text, packet_header, render, render_exchange, speaker
 from ..text import terms
 from ..tokens import TokenCounter
 from .reader import ExchangeReader
@@ -84,7 +84,7 @@ class Packer:
         if block is None:
             # The dated block (rendered already) with its day cut off: the same text.
             dated = self.blocks.get(ex.id)
-            day = f"[{ex.user_at.date().isoformat()}] "
+            day = day_prefix(ex)
             if dated is not None and dated.startswith(day):
                 block = dated[len(day):]
             else:

@@ -15,7 +15,7 @@ import functools
 from collections import Counter
 from collections.abc import Sequence
 
-from ..models import Exchange
+from ..models import Exchange, exchange_text
 from ..store.base import ExchangeFilter, ExchangeHead, Store
 from ..text import index_tokens, term_counts
 
@@ -90,4 +90,4 @@ class ExchangeReader:
     def term_counts(self, ex_id: str) -> Counter[str]:
         """Term counts of a read exchange's text (shared: do not change them)."""
         user, assistant = self._text(ex_id)
-        return _term_counts(f"{user}\n{assistant}" if assistant else user)
+        return _term_counts(exchange_text(user, assistant))

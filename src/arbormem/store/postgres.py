@@ -566,6 +566,7 @@ class PostgresStore(Store):
     def topic_shapes(self, user_id: str, *, ids: Sequence[str] | None = None,
                      parent_id: str | None = None) -> dict[str, TopicShape]:
         cols = "id, kind, parent_id, size, vec_sum, meta"
+        args: tuple[Any, ...]
         if ids is not None:
             ids = list(dict.fromkeys(ids))
             if not ids:

@@ -132,9 +132,14 @@ def _filter_sql(where: ExchangeFilter | None, col: str = "") -> tuple[str, list[
     return "".join(f" AND {c}" for c in sql), params
 
 
-def _fts_query(uid: str, terms: Sequence[str]) -> str:
+def _fts_body(terms: Sequence[str]) -> str:
+    """FTS5 match on the body column for any of ``terms`` (each quoted as a phrase)."""
     quoted = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-    return f'uid : "{uid}" AND body : ({quoted})'
+    return f"body : ({quoted})"
+
+
+def _fts_query(uid: str, terms: Sequence[str]) -> str:
+    return f'uid : "{uid}" AND {_fts_body(terms)}'
 
 
 def _vgen_key(user_id: str, kind: str) -> str:
@@ -252,6 +257,8 @@ class SQLiteStore(Store):
         self._mem_lock = threading.RLock()
         self._cache: dict[tuple[str, str], _VecCache] = {}
         self._cache_lock = threading.Lock()
+        # exchange heads per user, with the change token they were read at (_heads_kept)
+        self._heads_by_user: dict[str, tuple[tuple[int, int, int], dict[str, ExchangeHead]]] = {}
         self._conns: list[sqlite3.Connection] = []
         self._closed = False
         if not self.memory:
@@ -600,7 +607,7 @@ class SQLiteStore(Store):
         """The heads of ``user_id`` kept since the database last changed (see exchange_heads)."""
         with self._guard() as conn:
             token = (id(conn), conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0])
-        kept = self.__dict__.setdefault("_heads_by_user", {})
+        kept = self._heads_by_user
         got = kept.get(user_id)
         if got is None or got[0] != token or len(got[1]) > _HEADS_KEPT:
             if len(kept) > 16:  # a few users at a time
@@ -1147,11 +1154,10 @@ class SQLiteStore(Store):
             # each search, and bm25() counted them: 65-140 ms at 1M exchanges against 1-2 ms
             # (BENCHMARKS.md, "Scale 1M, issue 22"). Scores are the same: bm25's statistics are
             # the table's either way, and the uid column weighs 0.
-            quoted = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
             rows = self._rows(
                 f"SELECT r.id, bm25({table}, 0.0, 1.0) AS s FROM {table} CROSS JOIN {_ROWS[kind]} r "
                 f"ON r.rid = {table}.rowid WHERE {table} MATCH ? AND r.user_id = ? ORDER BY s LIMIT ?",
-                (f"body : ({quoted})", user_id, int(k)),
+                (_fts_body(terms), user_id, int(k)),
             )
             return [(r[0], -float(r[1])) for r in rows]
         inside = (f" AND rowid IN (SELECT rid FROM exchanges WHERE user_id = ?{cond})" if cond else "")
