@@ -38,6 +38,29 @@ def test_common_terms_are_left_out_while_a_rarer_term_remains(tmp_path: Path,
         store.close()
 
 
+def test_terms_in_a_large_share_of_a_big_memory_are_left_out(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above COMMON_MIN_DF documents, a term held by more than COMMON_SHARE of the user's
+    exchanges is left out too (here "alice": 31 of 40); one in fewer ("tea": 8) stays."""
+    store = SQLiteStore(tmp_path / "m.db")
+    try:
+        bodies = [f"alice on day {i}" + (" with tea" if i < 8 else "") for i in range(31)]
+        bodies += [f"bob on day {i}" for i in range(9)]
+        for seq, body in enumerate(bodies, start=1):
+            store.insert_exchange(ex("u", seq, body))
+            store.put_text("u", "exchange", f"e_u_{seq}", body)
+            store.add_term_df("u", sorted(set(body.split())))
+        both = store.text_search("u", "exchange", ["alice", "tea"], 50)
+        assert len(both) == 31  # below COMMON_MIN_DF: every alice document is a candidate
+        monkeypatch.setattr(sqlite_store, "COMMON_MIN_DF", 5)
+        rare = store.text_search("u", "exchange", ["alice", "tea"], 50)
+        assert {h[0] for h in rare} == {f"e_u_{i}" for i in range(1, 9)}
+        # the tea documents rank as before among themselves (alice weighed ~nothing there)
+        assert [h[0] for h in rare] == [h[0] for h in both if h[0] in {x[0] for x in rare}]
+    finally:
+        store.close()
+
+
 def test_a_user_owning_most_rows_is_searched_without_the_user_token(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Matching the terms alone and filtering the user's rows after gives the same hits and
@@ -49,7 +72,9 @@ def test_a_user_owning_most_rows_is_searched_without_the_user_token(
                 body = f"{user} note {seq} about {'kubernetes' if seq % 3 else 'weather'} and {'tea' if seq % 2 else 'coffee'}"
                 store.insert_exchange(ex(user, seq, body))
                 store.put_text(user, "exchange", f"e_{user}_{seq}", body)
-        assert store._owns_most("big") and not store._owns_most("small")
+        for user, owns in (("big", True), ("small", False)):
+            mine, top = store._partition(user)
+            assert (mine >= sqlite_store.OWNER_SHARE * top) is owns
         queries = (["kubernetes", "tea"], ["weather"], ["coffee", "note"])
         got = {(u, tuple(q)): store.text_search(u, "exchange", list(q), 10) for u in ("big", "small") for q in queries}
         monkeypatch.setattr(sqlite_store, "OWNER_SHARE", 2.0)  # never: the token in the MATCH

@@ -66,9 +66,20 @@ _ROWS = {"exchange": "exchanges", "topic": "topics"}
 #: any content word is that common, so small memories rank exactly as before.
 COMMON_DF = 5_000
 
+#: ... and so are terms found in more than ``COMMON_SHARE`` of the user's exchanges, once
+#: that is more than ``COMMON_MIN_DF`` of them. Such a term's BM25 weight is small (FTS5's IDF
+#: log((N - n + 0.5) / (n + 0.5)) is below log 2 = 0.69 for n > N/3, against 5-7 for a word in
+#: a handful of exchanges), yet FTS5 scores every document holding it: on the LoCoMo-derived
+#: 10k bench memory, where each speaker's name is in ~46% of the exchanges, the exchange search
+#: took 7.7 ms CPU with the names and 5.5 ms without, the same top 50 hits for 99.4% of them
+#: (BENCHMARKS.md, "Recall p50, issue 22"). Memories of a few thousand exchanges (LoCoMo's
+#: conversations are ~600) rank exactly as before.
+COMMON_SHARE = 1 / 3
+COMMON_MIN_DF = 2_000
+
 
 #: A user holding at least this share of the table's exchanges is searched without the user
-#: token in the full-text MATCH (``SQLiteStore._owns_most``).
+#: token in the full-text MATCH (``SQLiteStore._partition``).
 OWNER_SHARE = 0.5
 
 
@@ -1136,6 +1147,7 @@ class SQLiteStore(Store):
         terms = [t for t in terms if t.strip()]
         if not terms or k <= 0:
             return []
+        mine, top = self._partition(user_id)
         if len(set(terms)) > 1:
             # FTS5 scores every document that holds any query term, so one common term makes
             # a search linear in the partition (1.2 s at 1M exchanges, where each speaker's
@@ -1143,11 +1155,12 @@ class SQLiteStore(Store):
             # carries little BM25 weight there: leave it out while a rarer term remains (the
             # PostgreSQL store bounds such terms the same way, by a MaxScore cut).
             df = self.get_term_df(user_id, terms)
-            rare = [t for t in terms if df.get(t, 0) <= COMMON_DF]  # (repeats kept: query tf)
+            common = min(COMMON_DF, max(COMMON_MIN_DF, int(COMMON_SHARE * mine)))
+            rare = [t for t in terms if df.get(t, 0) <= common]  # (repeats kept: query tf)
             terms = rare or [min(terms, key=lambda t: df.get(t, 0))]
         table = _FTS[kind]
         cond, params = _filter_sql(where) if kind == "exchange" else ("", [])
-        if not cond and self._owns_most(user_id):
+        if not cond and top > 0 and mine >= OWNER_SHARE * top:
             # The user holds most of the table: match the terms alone and keep the user's rows
             # (CROSS JOIN: the full-text matches drive the join). With the user's token in the
             # MATCH, FTS5 walked that token's postings - every document of the partition - on
@@ -1172,15 +1185,14 @@ class SQLiteStore(Store):
         # FTS5's bm25() is negative (smaller = better); flip it so higher = better.
         return [(r[0], -float(r[1])) for r in rows]
 
-    def _owns_most(self, user_id: str) -> bool:
-        """Whether the user's exchanges are at least ``OWNER_SHARE`` of the table's (by sequence
-        counter against the highest rowid: two index lookups). Then a full-text search over
-        every user's rows, filtered after, scores at most ~1/share times the user's own
-        matches; for a smaller share the user's token stays in the MATCH."""
+    def _partition(self, user_id: str) -> tuple[int, int]:
+        """The user's exchange count (its sequence counter) and the table's highest rowid: two
+        index lookups. When the user holds at least ``OWNER_SHARE`` of the table, a full-text
+        search over every user's rows, filtered after, scores at most ~1/share times the
+        user's own matches; for a smaller share the user's token stays in the MATCH."""
         row = self._exec("SELECT (SELECT last_seq FROM user_state WHERE user_id = ?), "
                          "(SELECT max(rid) FROM exchanges)", (user_id,)).fetchone()
-        mine, top = int(row[0] or 0), int(row[1] or 0)
-        return top > 0 and mine >= OWNER_SHARE * top
+        return int(row[0] or 0), int(row[1] or 0)
 
     def delete_index(self, kind: IndexKind, item_id: str) -> None:
         rid = self._rid(kind, item_id)
