@@ -185,6 +185,24 @@ def test_exchange_heads_follow_every_write(store_factory: Callable[[], Store]) -
     assert a.exchange_heads("other", ["e_u_1"]) == []
 
 
+def test_topic_heads_follow_every_write(store_factory: Callable[[], Store]) -> None:
+    """Topic heads may be kept between reads (SQLite): a write through this store or another
+    one on the same database shows in the next read."""
+    a, b = store_factory(), store_factory()
+    a.put_topic(topic("u", "th", title="Garden"))
+    a.put_topic(topic("u", "t1", "th", title="Tomatoes"))
+    assert {i: (t.title, t.parent_id) for i, t in a.topic_heads("u", ["t1", "th", "t1", "nope"]).items()} == {
+        "t1": ("Tomatoes", "th"), "th": ("Garden", None)}
+    a.put_topic(topic("u", "t1", "th", title="Tomato blight"))
+    assert a.topic_heads("u", ["t1"])["t1"].title == "Tomato blight"
+    assert b.topic_heads("u", ["t1"])["t1"].title == "Tomato blight"
+    b.put_topic(topic("u", "t1", None, title="Blight"))
+    assert a.topic_heads("u", ["t1"])["t1"].parent_id is None
+    b.delete_topic("t1")
+    assert a.topic_heads("u", ["t1", "th"]).keys() == {"th"}
+    assert a.topic_heads("other", ["th"]) == {}
+
+
 def test_delete_exchange_removes_row_and_index_entries(store: Store) -> None:
     store.insert_exchange(ex("u", 1, "zebra crossing"))
     store.insert_exchange(ex("u", 2, "zebra stripes"))

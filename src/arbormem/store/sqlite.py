@@ -268,8 +268,8 @@ class SQLiteStore(Store):
         self._mem_lock = threading.RLock()
         self._cache: dict[tuple[str, str], _VecCache] = {}
         self._cache_lock = threading.Lock()
-        # exchange heads per user, with the change token they were read at (_heads_kept)
-        self._heads_by_user: dict[str, tuple[tuple[int, int, int], dict[str, ExchangeHead]]] = {}
+        # exchange and topic heads per (kind, user), with the change token they were read at (_kept)
+        self._heads_by_user: dict[tuple[str, str], tuple[tuple[int, int, int], dict[str, Any]]] = {}
         self._conns: list[sqlite3.Connection] = []
         self._closed = False
         if not self.memory:
@@ -605,7 +605,7 @@ class SQLiteStore(Store):
         # query to the next, and looking each one up was its largest read (BENCHMARKS.md,
         # "Recall stages"). The check is SQLite's own: this connection's change counter and
         # ``PRAGMA data_version`` (which moves when any other connection commits).
-        cache = self._heads_kept(user_id)
+        cache: dict[str, ExchangeHead] = self._kept("exchange", user_id)
         missing = [i for i in ids if i not in cache]
         if missing:
             for r in self._rows_in(
@@ -614,16 +614,17 @@ class SQLiteStore(Store):
                 cache[r[0]] = self._head(r)
         return [h for i in dict.fromkeys(ids) if (h := cache.get(i)) is not None]
 
-    def _heads_kept(self, user_id: str) -> dict[str, ExchangeHead]:
-        """The heads of ``user_id`` kept since the database last changed (see exchange_heads)."""
+    def _kept(self, kind: IndexKind, user_id: str) -> dict[str, Any]:
+        """The exchange or topic heads of ``user_id`` kept since the database last changed
+        (see exchange_heads)."""
         with self._guard() as conn:
             token = (id(conn), conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0])
         kept = self._heads_by_user
-        got = kept.get(user_id)
+        got = kept.get((kind, user_id))
         if got is None or got[0] != token or len(got[1]) > _HEADS_KEPT:
-            if len(kept) > 16:  # a few users at a time
+            if len(kept) > 32:  # a few users at a time
                 kept.clear()
-            got = kept[user_id] = (token, {})
+            got = kept[(kind, user_id)] = (token, {})
         return got[1]
 
     def exchange_texts(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
@@ -735,12 +736,19 @@ class SQLiteStore(Store):
         return {(rec := self._topic(r)).id: rec for r in rows}
 
     def topic_heads(self, user_id: str, ids: Sequence[str]) -> dict[str, Topic]:
-        # No vector sum, term counts or meta: those were most of what parsing a node cost.
-        rows = self._rows_in(
-            "SELECT id, user_id, kind, parent_id, title, keywords, summary, start_seq, end_seq, size, "
-            "first_at, last_at, frozen FROM topics WHERE +user_id = ? AND id IN ({marks})", (user_id,), ids)
-        return {r[0]: Topic(r[0], r[1], r[2], r[3], r[4], tuple(json.loads(r[5])), r[6], r[7], r[8], r[9],
-                                _dt(r[10]), _dt(r[11]), bool(r[12])) for r in rows}
+        # No vector sum, term counts or meta: those were most of what parsing a node cost. Kept
+        # like exchange heads until the database changes: a recall looks up the title paths of
+        # the topics it packs, one query per tree level (~10 per recall), mostly the same
+        # nodes from one recall to the next.
+        cache: dict[str, Topic] = self._kept("topic", user_id)
+        missing = [i for i in ids if i not in cache]
+        if missing:
+            for r in self._rows_in(
+                    "SELECT id, user_id, kind, parent_id, title, keywords, summary, start_seq, end_seq, size, "
+                    "first_at, last_at, frozen FROM topics WHERE +user_id = ? AND id IN ({marks})", (user_id,), missing):
+                cache[r[0]] = Topic(r[0], r[1], r[2], r[3], r[4], tuple(json.loads(r[5])), r[6], r[7], r[8], r[9],
+                                    _dt(r[10]), _dt(r[11]), bool(r[12]))
+        return {i: t for i in ids if (t := cache.get(i)) is not None}
 
     def list_topics(
         self, user_id: str, parent_id: str | None | Literal["*"] = "*"
