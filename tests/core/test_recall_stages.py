@@ -56,3 +56,23 @@ def test_lexical_searches_alongside_the_embedding_give_the_same_recall(
         mem.close()
         if inline is not None:
             inline.close()
+
+
+def test_only_short_texts_have_their_tokens_kept() -> None:
+    """Recall keeps the tokens of short texts for the process; a long one (a pasted document)
+    is tokenised each time, with the same result, so the caches stay small."""
+    from arbormem.retrieve import reader
+    from arbormem.text import index_tokens, term_counts
+
+    short = "Planting garlic before the first frost"
+    long = " ".join(f"paragraph{i} about soil and compost" for i in range(400))
+    assert len(long) > reader._KEPT_CHARS
+    before = (reader._token_set.cache_info().currsize, reader._term_counts.cache_info().currsize)
+    assert reader.token_set(long) == frozenset(index_tokens(long))
+    assert reader.text_term_counts(long) == term_counts(long)
+    assert (reader._token_set.cache_info().currsize, reader._term_counts.cache_info().currsize) == before
+    assert reader.token_set(short) == frozenset(index_tokens(short))
+    assert reader.text_term_counts(short) == term_counts(short)
+    hits = reader._token_set.cache_info().hits
+    reader.token_set(short)  # kept: the second call is a hit
+    assert reader._token_set.cache_info().hits == hits + 1

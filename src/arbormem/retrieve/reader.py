@@ -21,21 +21,32 @@ from ..text import index_tokens, term_counts
 
 #: Texts whose tokens are kept (per kind). Recalls on one memory touch most of its exchanges
 #: over a few hundred queries (200 queries on the synthetic 10k bench memory read 13k
-#: distinct texts): 4,096 kept missed 80% of token-set lookups, 32,768 miss 54% (the first
-#: touches) for ~11 MB more (tracemalloc; ~0.6 KB per text, the words shared by the
-#: stemmer's cache).
-_TEXT_CACHE = 32_768
+#: distinct texts): 4,096 kept missed 80% of token-set lookups, 16,384 miss 54% (the first
+#: touches) for ~11 MB more (tracemalloc; ~0.6 KB per text of ~200 characters, the words
+#: shared by the stemmer's cache). Only texts up to ``_KEPT_CHARS`` long are kept, so a
+#: memory of long pasted documents cannot grow the caches past ~10 KB per entry.
+_TEXT_CACHE = 16_384
+_KEPT_CHARS = 2_000
 
 
 @functools.lru_cache(maxsize=_TEXT_CACHE)
-def token_set(text: str) -> frozenset[str]:
-    """The index tokens of ``text`` (``text.index_tokens``) as a set."""
+def _token_set(text: str) -> frozenset[str]:
     return frozenset(index_tokens(text))
 
 
 @functools.lru_cache(maxsize=_TEXT_CACHE)
 def _term_counts(text: str) -> Counter[str]:
     return term_counts(text)
+
+
+def token_set(text: str) -> frozenset[str]:
+    """The index tokens of ``text`` (``text.index_tokens``) as a set."""
+    return _token_set(text) if len(text) <= _KEPT_CHARS else frozenset(index_tokens(text))
+
+
+def text_term_counts(text: str) -> Counter[str]:
+    """``text.term_counts`` of ``text`` (shared when kept: do not change them)."""
+    return _term_counts(text) if len(text) <= _KEPT_CHARS else term_counts(text)
 
 
 class ExchangeReader:
@@ -94,4 +105,4 @@ class ExchangeReader:
     def term_counts(self, ex_id: str) -> Counter[str]:
         """Term counts of a read exchange's text (shared: do not change them)."""
         user, assistant = self._text(ex_id)
-        return _term_counts(exchange_text(user, assistant))
+        return text_term_counts(exchange_text(user, assistant))
