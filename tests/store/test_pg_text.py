@@ -106,6 +106,10 @@ def test_recorded_document_frequencies_hold_until_the_partition_changes(
     store.delete_exchange("e_u_45")  # a smaller partition (deletions): counted again
     store.text_search("u", "exchange", query, 5)
     assert _recorded(pg_database)[("exchange", "river")] == (41, 44)
+    with store.transaction("u"):  # a forget purges what was recorded before it
+        store.delete_exchange("e_u_44")
+        store.purge_deleted_text()
+    assert _recorded(pg_database) == {}
     store.delete_user("u")
     assert _recorded(pg_database) == {}
 

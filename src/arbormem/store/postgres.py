@@ -39,6 +39,13 @@ Design, and why:
   top k (a MaxScore bound), so the cost of a search stops growing with the partition: exact
   whenever the rarer terms find k documents, and 0.96 overlap@10 with exact BM25 on the
   100k-exchange synthetic bench otherwise. Equal scores rank oldest first, as in FTS5.
+  Whether a term is common is itself not counted every time: the document frequency of each
+  common term is recorded per (user, kind) in ``arbormem_text_df`` (by the first search that
+  meets it, from any process, or by ``finish_load`` after a bulk load) and trusted until the
+  partition grows by 10% or shrinks; counting even up to the cap builds a GIN bitmap of all
+  the term's postings, which grows with the partition. Each kind has its own partial GIN
+  index (migration 5), and a user holding most of a kind's rows is filtered after the GIN
+  scan rather than through the (user_id, kind) btree, which would read a whole partition.
   The GIN index has no pending list (``fastupdate = off``, migration 3): the write path
   rewrites several index entries per exchange, and an unmerged list of up to 4 MB was read
   by every search. Searches run without parallel workers (their statements are small).
@@ -1244,6 +1251,12 @@ class PostgresStore(Store):
             return
         with self._conn() as conn:
             conn.execute("DELETE FROM arbormem_term_df WHERE user_id = ANY(%s) AND df <= 0",
+                         (sorted(tx.users),))
+            # Recorded common-term frequencies from before the deletions (a search would count
+            # them again anyway): a term in that many documents is not one text's word, but a
+            # large forget may leave it in none.
+            conn.execute("DELETE FROM arbormem_text_df d USING arbormem_text_stats s WHERE d.user_id = ANY(%s) "
+                         "AND s.user_id = d.user_id AND s.kind = d.kind AND d.n_docs > s.n_docs",
                          (sorted(tx.users),))
 
     def log_change(self, user_id: str, action: str, target_id: str, detail: dict[str, Any]) -> str:
