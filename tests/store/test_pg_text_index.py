@@ -11,8 +11,8 @@ from arbormem.store.postgres import PostgresStore
 from .test_contract import ex
 
 
-def _pending_pages(conn: psycopg.Connection) -> int:
-    return int(conn.execute("SELECT pending_pages FROM pgstatginindex('arbormem_text_tsv')").fetchone()[0])
+def _pending_pages(conn: psycopg.Connection, index: str = "arbormem_text_tsv_exchange") -> int:
+    return int(conn.execute("SELECT pending_pages FROM pgstatginindex(%s::regclass)", (index,)).fetchone()[0])
 
 
 def _write(store: PostgresStore, seqs: range) -> None:
@@ -22,24 +22,31 @@ def _write(store: PostgresStore, seqs: range) -> None:
         store.put_text("u", "exchange", f"e_u_{i}", body)
 
 
-def test_version_3_flushes_and_turns_off_the_gin_pending_list(pg_database: str) -> None:
+def test_versions_3_and_5_leave_no_gin_pending_list(pg_database: str) -> None:
     store = PostgresStore(pg_database)
-    # The GIN index as schema version 2 had it (migration 1 made it with fastupdate on).
+    # The GIN index as schema version 2 had it (migration 1 made it with fastupdate on), one
+    # over both kinds (version 5 makes one per kind).
     with psycopg.connect(pg_database, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
-        conn.execute("ALTER INDEX arbormem_text_tsv SET (fastupdate = on)")
+        conn.execute("DROP INDEX arbormem_text_tsv_exchange, arbormem_text_tsv_topic")
+        conn.execute("DROP TABLE arbormem_text_df")
+        conn.execute("CREATE INDEX arbormem_text_tsv ON arbormem_text USING gin (tsv) WITH (fastupdate = on)")
+        conn.execute("DELETE FROM arbormem_schema_migrations WHERE version = 5")
     _write(store, range(1, 21))
     store.close()
     with psycopg.connect(pg_database) as conn:
-        assert _pending_pages(conn) > 0  # what every search had to read through
+        assert _pending_pages(conn, "arbormem_text_tsv") > 0  # what every search had to read through
         conn.execute("DELETE FROM arbormem_schema_migrations WHERE version = 3")
 
-    store = PostgresStore(pg_database)  # applies version 3
+    store = PostgresStore(pg_database)  # applies versions 3 and 5
     try:
         with psycopg.connect(pg_database) as conn:
-            assert _pending_pages(conn) == 0
-            opts = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'arbormem_text_tsv'").fetchone()[0]
-            assert "fastupdate=off" in opts
+            assert conn.execute("SELECT to_regclass('arbormem_text_tsv')").fetchone()[0] is None
+            for kind in ("exchange", "topic"):
+                index = f"arbormem_text_tsv_{kind}"
+                assert _pending_pages(conn, index) == 0
+                opts = conn.execute("SELECT reloptions FROM pg_class WHERE relname = %s", (index,)).fetchone()[0]
+                assert "fastupdate=off" in opts
         _write(store, range(21, 41))  # new entries go straight into the index
         with psycopg.connect(pg_database) as conn:
             assert _pending_pages(conn) == 0

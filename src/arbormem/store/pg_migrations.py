@@ -153,6 +153,33 @@ PG_MIGRATIONS: list[tuple[int, str, str | Callable[[Any], None]]] = [
         SELECT gin_clean_pending_list('arbormem_text_tsv'::regclass);
         """,
     ),
+    (
+        5,
+        "lexical GIN index per kind; recorded document frequencies of common terms",
+        # One GIN index over both kinds made a topic search read the exchanges' postings of
+        # each term too (a name in 155k exchanges and few topics: ~40 ms to build its bitmap
+        # at 1M exchanges, then ~1M heap rows filtered out by kind). A partial index per kind
+        # holds only that kind's postings (queries name the kind as a literal so the planner
+        # can use it). arbormem_text_df keeps, per (user, kind), the estimated document
+        # frequency of each lexeme found in more than PostgresStore's postings cap, and the
+        # partition size it was estimated at: a search then knows a common term without
+        # reading its postings (which grow with the partition); see text_search.
+        """
+        CREATE INDEX IF NOT EXISTS arbormem_text_tsv_exchange ON arbormem_text USING gin (tsv)
+            WITH (fastupdate = off) WHERE kind = 'exchange';
+        CREATE INDEX IF NOT EXISTS arbormem_text_tsv_topic ON arbormem_text USING gin (tsv)
+            WITH (fastupdate = off) WHERE kind = 'topic';
+        DROP INDEX IF EXISTS arbormem_text_tsv;
+        CREATE TABLE arbormem_text_df (
+            user_id TEXT NOT NULL,
+            kind    TEXT NOT NULL,
+            lexeme  TEXT NOT NULL,
+            df      BIGINT NOT NULL,
+            n_docs  BIGINT NOT NULL,  -- the partition's size when df was estimated
+            PRIMARY KEY (user_id, kind, lexeme)
+        );
+        """,
+    ),
 ]
 
 

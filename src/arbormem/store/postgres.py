@@ -39,6 +39,13 @@ Design, and why:
   top k (a MaxScore bound), so the cost of a search stops growing with the partition: exact
   whenever the rarer terms find k documents, and 0.96 overlap@10 with exact BM25 on the
   100k-exchange synthetic bench otherwise. Equal scores rank oldest first, as in FTS5.
+  Whether a term is common is itself not counted every time: the document frequency of each
+  common term is recorded per (user, kind) in ``arbormem_text_df`` (by the first search that
+  meets it, from any process, or by ``finish_load`` after a bulk load) and trusted until the
+  partition grows by 10% or shrinks; counting even up to the cap builds a GIN bitmap of all
+  the term's postings, which grows with the partition. Each kind has its own partial GIN
+  index (migration 5), and a user holding most of a kind's rows is filtered after the GIN
+  scan rather than through the (user_id, kind) btree, which would read a whole partition.
   The GIN index has no pending list (``fastupdate = off``, migration 3): the write path
   rewrites several index entries per exchange, and an unmerged list of up to 4 MB was read
   by every search. Searches run without parallel workers (their statements are small).
@@ -217,7 +224,6 @@ class PostgresStore(Store):
         self.ef_search = max(1, int(ef_search))
         self._tx: ContextVar[_Tx | None] = ContextVar(f"arbormem_pg_tx_{id(self)}", default=None)
         self._vector_dims: set[int] = set()
-        self._df_cache: dict[tuple[str, str, str], tuple[int, int]] = {}
         self._closed = False
         self._migrate()
         from psycopg_pool import ConnectionPool
@@ -773,6 +779,39 @@ class PostgresStore(Store):
                 self.put_vectors(user_id, "exchange", [row[0]], vec[None, :])
         with self._conn() as conn:
             conn.execute("ANALYZE")
+        for kind in _KINDS:
+            self._record_common_dfs(user_id, kind)
+
+    def _record_common_dfs(self, user_id: str, kind: str) -> None:
+        """Record the document frequency of every term of the partition clearly past the
+        postings cap (``text_search`` would count and record each on first meeting it; after a
+        bulk load they are all known at once). The same count or page sample as
+        ``_common_dfs``, so the figures are those a search would have recorded; terms near the
+        cap in a sample are left for searches to count."""
+        with self._conn() as conn:
+            row = conn.execute("SELECT n_docs FROM arbormem_text_stats WHERE user_id = %s AND kind = %s",
+                               (user_id, kind)).fetchone()
+            n_docs = int(row[0]) if row else 0
+            if n_docs <= _POSTINGS_CAP:
+                return
+            if n_docs <= _EXACT_DF_DOCS:
+                dfs = {lex: int(n) for lex, n in conn.execute(
+                    "SELECT u.lexeme, count(*) FROM arbormem_text t CROSS JOIN LATERAL unnest(t.tsv) u "
+                    "WHERE t.user_id = %s AND t.kind = %s GROUP BY u.lexeme HAVING count(*) > %s",
+                    (user_id, kind, _POSTINGS_CAP)).fetchall()}
+            else:
+                pct = min(100.0, 100.0 * _DF_SAMPLE / n_docs)
+                sample = (f"FROM arbormem_text t TABLESAMPLE SYSTEM ({pct:.6f}) REPEATABLE (7) "
+                          "WHERE t.user_id = %s AND t.kind = %s")
+                sampled = max(1, int(conn.execute(f"SELECT count(*) {sample}", (user_id, kind)).fetchone()[0]))
+                dfs = {}
+                for lex, hits in conn.execute(
+                        f"SELECT u.lexeme, count(*) FROM (SELECT t.tsv {sample}) t CROSS JOIN LATERAL unnest(t.tsv) u "
+                        "GROUP BY u.lexeme", (user_id, kind)).fetchall():
+                    est = round(int(hits) / sampled * n_docs)
+                    if int(hits) >= 30 and est > 2 * _POSTINGS_CAP:
+                        dfs[lex] = est
+            self._record_dfs(conn, user_id, kind, dfs, n_docs)
 
     @staticmethod
     def _add_text_stats(conn: Any, user_id: str, kind: str, n_docs: int, total_len: int) -> None:
@@ -877,6 +916,20 @@ class PostgresStore(Store):
                 (row[1], row[0], kind),
             )
 
+    @staticmethod
+    def _matching(kind: str, owner: bool) -> tuple[str, str]:
+        """FROM and WHERE parts selecting the user's rows of ``kind`` that match a tsquery,
+        parameters (tsquery, user_id) in that order. The kind is a literal so the planner can
+        use that kind's partial GIN index (migration 5). For a user holding most of the kind's
+        rows (``owner``) the user filter is kept outside an ``OFFSET 0`` fence: inside, the
+        planner ANDed the GIN bitmap with the (user_id, kind) btree, which reads one entry per
+        row of the partition (44-68 ms per rare term over 286k topics at 1M exchanges) to
+        exclude nothing. A smaller user keeps it inside, where that btree narrows the search."""
+        if owner:
+            return (f"(SELECT * FROM arbormem_text WHERE kind = '{kind}' AND tsv @@ %s::tsquery OFFSET 0) t",
+                    "t.user_id = %s")
+        return "arbormem_text t", f"t.kind = '{kind}' AND t.tsv @@ %s::tsquery AND t.user_id = %s"
+
     # Long: one SQL statement (BM25 over tsvector with the filters) and its parameters.
     def text_search(self, user_id: str, kind: IndexKind, terms: Sequence[str], k: int,
                     where: ExchangeFilter | None = None) -> list[tuple[str, float]]:
@@ -890,44 +943,57 @@ class PostgresStore(Store):
             # No parallel workers: these statements are small (bounded postings), and for
             # commonplace terms the planner would split them over Gather workers whose start
             # cost more than they save: recall at 10k took 147 ms p50 with them, 98 ms without
-            # (BENCHMARKS.md, "Real ingest path at 10k"). SET LOCAL, as in vector_search.
+            # (BENCHMARKS.md, "Real ingest path at 10k"). No sequential scans: every statement
+            # here is meant to read postings or rows by key; with a LIMIT the planner took a
+            # common term for evenly spread and scanned the table for it, but the rows are in
+            # insertion order (the topic rows of a bulk load after all its exchanges: 317 ms
+            # for one term at 1M). SET LOCAL, as in vector_search.
             conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+            conn.execute("SET LOCAL enable_seqscan = off")
             stats = conn.execute(
-                "SELECT n_docs, total_len FROM arbormem_text_stats WHERE user_id = %s AND kind = %s",
-                (user_id, kind),
+                "SELECT n_docs, total_len, (SELECT sum(n_docs) FROM arbormem_text_stats WHERE kind = %s) "
+                "FROM arbormem_text_stats WHERE user_id = %s AND kind = %s",
+                (kind, user_id, kind),
             ).fetchone()
             if stats is None or stats[0] <= 0:
                 return []
             n_docs, avgdl = int(stats[0]), max(1.0, stats[1] / stats[0])
-            # 1. How many documents hold each term, counted up to cap+1. One branch per term
-            #    with the term as a constant, so the planner sees its selectivity and takes
+            owner = 2 * n_docs >= int(stats[2] or 0)
+            src, cond = self._matching(kind, owner)
+            # 0. Common terms whose document frequency is recorded (arbormem_text_df) for about
+            #    this partition size need no count: counting even up to the cap reads a GIN
+            #    bitmap of all their postings first (~40 ms for a name in 155k documents).
+            known = self._recorded_dfs(conn, user_id, kind, lexemes, n_docs)
+            # 1. How many documents hold each other term, counted up to cap+1. One branch per
+            #    term with the term as a constant, so the planner sees its selectivity and takes
             #    the GIN index (a lateral join over an array of terms hid it and scanned the
             #    whole partition per term).
             q = "'{}'"
-            union = " UNION ALL ".join(
-                "SELECT %s::text, (SELECT count(*) FROM (SELECT 1 FROM arbormem_text "
-                "WHERE user_id = %s AND kind = %s AND tsv @@ %s::tsquery LIMIT %s) s)"
-                for _ in lexemes
-            )
+            todo = [lex for lex in lexemes if lex not in known]
+            capped: dict[str, int] = {}
             params: list[Any] = []
-            for lex in lexemes:
-                params += [lex, user_id, kind, q.format(lex), _POSTINGS_CAP + 1]
-            capped = dict(conn.execute(union, params, prepare=False).fetchall())
-            rare = [lex for lex in lexemes if 0 < capped[lex] <= _POSTINGS_CAP]
-            common = [lex for lex in lexemes if capped[lex] > _POSTINGS_CAP]
+            if todo:
+                union = " UNION ALL ".join(
+                    f"SELECT %s::text, (SELECT count(*) FROM (SELECT 1 FROM {src} WHERE {cond} LIMIT %s) s)"
+                    for _ in todo
+                )
+                for lex in todo:
+                    params += [lex, q.format(lex), user_id, _POSTINGS_CAP + 1]
+                capped = dict(conn.execute(union, params, prepare=False).fetchall())
+            rare = [lex for lex in todo if 0 < capped[lex] <= _POSTINGS_CAP]
+            common = [lex for lex in lexemes if lex in known or capped[lex] > _POSTINGS_CAP]
             df = Counter({lex: int(capped[lex]) for lex in rare})
             # 2. Every posting of the rare terms, with its term frequency.
             postings: list[tuple[str, int, str, int]] = []
             if rare:
                 union = " UNION ALL ".join(
                     "SELECT t.item_id, t.doclen, u.lexeme, cardinality(u.positions) "
-                    "FROM arbormem_text t CROSS JOIN LATERAL unnest(t.tsv) u "
-                    f"WHERE t.user_id = %s AND t.kind = %s AND t.tsv @@ %s::tsquery AND u.lexeme = %s{inside}"
+                    f"FROM {src} CROSS JOIN LATERAL unnest(t.tsv) u WHERE {cond} AND u.lexeme = %s{inside}"
                     for _ in rare
                 )
                 params = []
                 for lex in rare:
-                    params += [user_id, kind, q.format(lex), lex, *inside_params]
+                    params += [q.format(lex), user_id, lex, *inside_params]
                 postings = conn.execute(union, params, prepare=False).fetchall()
             def idf(lex: str) -> float:
                 # Lucene's BM25 idf (always positive); document stats are per user and kind
@@ -944,13 +1010,14 @@ class PostgresStore(Store):
             if common:
                 # 3. A term in more documents than the cap weighs little (low idf); reading all
                 #    its postings would make search linear in the partition. Its document
-                #    frequency is counted (and cached while the partition size holds). As in
-                #    MaxScore, a document can gain at most idf * (k1 + 1) per common term, so
+                #    frequency is counted or estimated once and recorded (see _common_dfs). As
+                #    in MaxScore, a document can gain at most idf * (k1 + 1) per common term, so
                 #    only documents whose rare-term score plus that bound reaches the k-th best
                 #    rare-term score are rescored — exact when the rare terms found k
                 #    documents. Documents holding every common term join the candidates
                 #    (topped up from the rarest common term while there are fewer than 4k).
-                df.update(self._common_dfs(conn, user_id, kind, common, n_docs))
+                df.update(known)
+                df.update(self._common_dfs(conn, user_id, kind, [c for c in common if c not in known], n_docs))
                 bound = sum(idf(lex) for lex in common) * (_BM25_K1 + 1.0)
                 partial = sorted(scores.values(), reverse=True)
                 kth = partial[k - 1] if len(partial) >= k else 0.0
@@ -965,18 +1032,17 @@ class PostgresStore(Store):
                         if n and len(found) >= want:
                             break
                         found.update(r[0] for r in conn.execute(
-                            "SELECT t.item_id FROM arbormem_text t WHERE t.user_id = %s AND t.kind = %s "
-                            f"AND t.tsv @@ %s::tsquery{inside} LIMIT %s",
-                            (user_id, kind, tsq, *inside_params, want),
+                            f"SELECT t.item_id FROM {src} WHERE {cond}{inside} LIMIT %s",
+                            (tsq, user_id, *inside_params, want),
                         ).fetchall())
                     docs |= found
                 if docs:
                     add(scores, conn.execute(
                         "SELECT t.item_id, t.doclen, u.lexeme, cardinality(u.positions) "
                         "FROM arbormem_text t CROSS JOIN LATERAL unnest(t.tsv) u "
-                        "WHERE t.kind = %s AND t.item_id = ANY(%s) AND t.user_id = %s "
+                        f"WHERE t.kind = '{kind}' AND t.item_id = ANY(%s) AND t.user_id = %s "
                         "AND u.lexeme = ANY(%s)",
-                        (kind, list(docs), user_id, common),
+                        (list(docs), user_id, common),
                     ).fetchall())
             ranked = sorted(scores.items(), key=lambda t: -t[1])
             if len(ranked) > k:
@@ -992,47 +1058,66 @@ class PostgresStore(Store):
         ranked.sort(key=lambda t: (-round(t[1], 9), order.get(t[0], 0), t[0]))
         return ranked[: int(k)]
 
+    @staticmethod
+    def _recorded_dfs(conn: Any, user_id: str, kind: str, lexemes: list[str], n_docs: int) -> dict[str, int]:
+        """Recorded document frequencies of common terms, for a partition of about the size
+        they were estimated at (up to 10% bigger; a smaller one means deletions: count again)."""
+        rows = conn.execute(
+            "SELECT lexeme, df FROM arbormem_text_df WHERE user_id = %s AND kind = %s AND lexeme = ANY(%s) "
+            "AND n_docs <= %s AND %s <= n_docs * 1.1",
+            (user_id, kind, lexemes, n_docs, n_docs),
+        ).fetchall()
+        return {r[0]: int(r[1]) for r in rows}
+
     def _common_dfs(self, conn: Any, user_id: str, kind: str, lexemes: list[str], n_docs: int) -> dict[str, int]:
         """Document frequencies of common terms: counted in small partitions, estimated from
         a page sample in big ones (their idf is low and needs no precision, while an exact
-        count reads every matching row), cached until the partition grows by 10%."""
+        count reads every matching row); recorded in arbormem_text_df for later searches
+        (from any process) until the partition grows by 10%."""
         out: dict[str, int] = {}
-        todo: list[str] = []
-        for lex in lexemes:
-            hit = self._df_cache.get((user_id, kind, lex))
-            if hit is not None and hit[1] <= n_docs <= hit[1] * 1.1:
-                out[lex] = hit[0]
-            else:
-                todo.append(lex)
-        if not todo:
+        if not lexemes:
             return out
         if n_docs <= _EXACT_DF_DOCS:
-            for lex in todo:
+            for lex in lexemes:
                 out[lex] = int(conn.execute(
-                    "SELECT count(*) FROM arbormem_text WHERE user_id = %s AND kind = %s "
+                    f"SELECT count(*) FROM arbormem_text WHERE kind = '{kind}' AND user_id = %s "
                     "AND tsv @@ %s::tsquery",
-                    (user_id, kind, f"'{lex}'"),
+                    (user_id, f"'{lex}'"),
                 ).fetchone()[0])
         else:
             # SYSTEM sampling takes whole random pages: unbiased over the partition's history,
             # about _DF_SAMPLE of the user's documents, one pass for all the terms.
             pct = min(100.0, 100.0 * _DF_SAMPLE / n_docs)
-            filters = ", ".join("count(*) FILTER (WHERE tsv @@ %s::tsquery)" for _ in todo)
+            filters = ", ".join("count(*) FILTER (WHERE tsv @@ %s::tsquery)" for _ in lexemes)
             row = conn.execute(
                 f"SELECT count(*), {filters} FROM arbormem_text TABLESAMPLE SYSTEM ({pct:.6f}) "
                 "REPEATABLE (7) WHERE user_id = %s AND kind = %s",
-                [*(f"'{lex}'" for lex in todo), user_id, kind],
+                [*(f"'{lex}'" for lex in lexemes), user_id, kind],
                 prepare=False,
             ).fetchone()
             sampled = max(1, int(row[0]))
-            for lex, hits in zip(todo, row[1:], strict=True):
+            for lex, hits in zip(lexemes, row[1:], strict=True):
                 # a common term holds more than the cap by definition
                 out[lex] = max(_POSTINGS_CAP + 1, round(int(hits) / sampled * n_docs))
-        if len(self._df_cache) > 10_000:
-            self._df_cache.clear()
-        for lex in todo:
-            self._df_cache[(user_id, kind, lex)] = (out[lex], n_docs)
+        self._record_dfs(conn, user_id, kind, out, n_docs)
         return out
+
+    def _record_dfs(self, conn: Any, user_id: str, kind: str, dfs: Mapping[str, int], n_docs: int) -> None:
+        """Upsert common terms' document frequencies. In a savepoint: a read-only session (a
+        replica, a read-only role) still searches, it only counts again next time. Sorted, so
+        two searches recording the same terms lock their rows in one order."""
+        if not dfs:
+            return
+        try:
+            with conn.transaction():
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO arbormem_text_df (user_id, kind, lexeme, df, n_docs) VALUES (%s, %s, %s, %s, %s) "
+                        "ON CONFLICT (user_id, kind, lexeme) DO UPDATE SET df = excluded.df, n_docs = excluded.n_docs",
+                        [(user_id, kind, lex, int(dfs[lex]), n_docs) for lex in sorted(dfs)],
+                    )
+        except self._psycopg.Error:
+            pass
 
     def delete_index(self, kind: IndexKind, item_id: str) -> None:
         _check_kind(kind)
@@ -1152,7 +1237,7 @@ class PostgresStore(Store):
             ).rowcount
             for table in (
                 "arbormem_topics", "arbormem_vectors", "arbormem_text", "arbormem_text_stats",
-                "arbormem_term_df", "arbormem_changes", "arbormem_users",
+                "arbormem_text_df", "arbormem_term_df", "arbormem_changes", "arbormem_users",
             ):
                 conn.execute(f"DELETE FROM {table} WHERE user_id = %s", (user_id,))
         return int(n)
@@ -1166,6 +1251,12 @@ class PostgresStore(Store):
             return
         with self._conn() as conn:
             conn.execute("DELETE FROM arbormem_term_df WHERE user_id = ANY(%s) AND df <= 0",
+                         (sorted(tx.users),))
+            # Recorded common-term frequencies from before the deletions (a search would count
+            # them again anyway): a term in that many documents is not one text's word, but a
+            # large forget may leave it in none.
+            conn.execute("DELETE FROM arbormem_text_df d USING arbormem_text_stats s WHERE d.user_id = ANY(%s) "
+                         "AND s.user_id = d.user_id AND s.kind = d.kind AND d.n_docs > s.n_docs",
                          (sorted(tx.users),))
 
     def log_change(self, user_id: str, action: str, target_id: str, detail: dict[str, Any]) -> str:
