@@ -387,45 +387,48 @@ def _unlabel(m: re.Match[str]) -> str:
     return "\n" if all(w[:1].isupper() for w in label.strip()[:-1].split()) else label
 
 
-def _tokens(text: str) -> list[_Tok]:
-    text = _URL.sub(" . ", text)
-    text = _LABEL.sub(_unlabel, text)
-    text = _HYPHEN.sub(" ", text)
-    out: list[_Tok] = []
-    initial = True
-    for word, end, punct in _TOKEN.findall(text):
-        if not word:
-            if end:
-                initial = True
-            out.append(_Tok("", end or punct, initial, STOP))
-            continue
+_WORDS_SEEN: dict[str, tuple[str, str, int]] = {}
+
+
+def _word(word: str) -> tuple[str, str, int]:
+    """(surface, lower case, kind) of a word as the tokenizer found it (cached: words are
+    Zipfian, and these steps were a third of what tokenizing an exchange cost)."""
+    got = _WORDS_SEEN.get(word)
+    if got is None:
+        if len(_WORDS_SEEN) > 50_000:
+            _WORDS_SEEN.clear()
         surface = word.replace(_APOSTROPHE, "'")
         low = surface.lower()
         kind = _kind(low)
         if len(low) == 2 and surface.isupper() and low not in _STOP:
             kind = CONTENT  # an acronym ("AI", "TV"); lower-case two-letter words never count
-        out.append(_Tok(low, surface, initial, kind))
+        got = _WORDS_SEEN[word] = (surface, low, kind)
+    return got
+
+
+def _tokens(text: str) -> list[_Tok]:
+    # Each rewrite runs only when its pattern can match (a URL or address needs "://", "www."
+    # or "@", a speaker label a colon, a joined word a hyphen): most texts hold none, and
+    # the scans cost a fifth of the tokenizing.
+    if "@" in text or "://" in text or "www." in text.lower():
+        text = _URL.sub(" . ", text)
+    if ":" in text:
+        text = _LABEL.sub(_unlabel, text)
+    if "-" in text or "\u2010" in text:
+        text = _HYPHEN.sub(" ", text)
+    out: list[_Tok] = []
+    append = out.append
+    initial = True
+    for word, end, punct in _TOKEN.findall(text):
+        if not word:
+            if end:
+                initial = True
+            append(_Tok("", end or punct, initial, STOP))
+            continue
+        surface, low, kind = _word(word)
+        append(_Tok(low, surface, initial, kind))
         initial = False
     return out
-
-
-def _verbal(toks: list[_Tok], i: int) -> bool:
-    """A word the lists take for a noun but its neighbours show to be a verb: any word after a
-    subject pronoun or a modal ("we ride horses"), an "-ing" word after a form of "be" or
-    before a determiner ("we're planning", "painting the fence")."""
-    prev = toks[i - 1].low if i > 0 else ""
-    if prev in _VERB_CONTEXT:
-        return True
-    w = toks[i].low
-    if not w.endswith("ing") or len(w) < 5 or w in _ING_ALWAYS_NOUNS:
-        return False
-    nxt = toks[i + 1].low if i + 1 < len(toks) else ""
-    return prev in _BE or nxt in _DETERMINERS
-
-
-def _participle(w: str) -> bool:
-    return w.endswith("ing") and len(w) >= 5 and w not in _ING_NOUNS \
-        and w not in _ING_ALWAYS_NOUNS
 
 
 def _address(toks: list[_Tok], start: int, end: int) -> bool:
@@ -447,35 +450,31 @@ def _runs(toks: list[_Tok]) -> list[list[_Tok]]:
         if end > start and not _address(toks, start, end):
             runs.append(toks[start:end])
 
+    last = len(toks) - 1
+    prev = ""
     for i, t in enumerate(toks):
-        if t.kind == STOP or _verbal(toks, i):
+        # _verbal and _participle written out: they ran for every token of every exchange.
+        w = t.low
+        ing = len(w) >= 5 and w.endswith("ing") and w not in _ING_ALWAYS_NOUNS
+        if t.kind == STOP or prev in _VERB_CONTEXT or ing and (
+                prev in _BE or (toks[i + 1].low if i < last else "") in _DETERMINERS):
             close(i)
             start = i + 1
         elif t.kind == ED and i > start:
             close(i)
             start = i
-        elif i > start and _participle(t.low):
+        elif i > start and ing and w not in _ING_NOUNS:
             # A noun then an "-ing" word is a clause ("a bird flying over"), not a compound
             # ("dog walking", "marathon training": those "-ing" words are listed nouns).
             close(i)
             start = i + 1
+        prev = w
     close(len(toks))
     return runs
 
 
 def _base(word: str) -> str:
     return word[:-2] if word.endswith("'s") else word
-
-
-def _valid(gram: Sequence[_Tok]) -> bool:
-    last = gram[-1]
-    if last.kind in (ED, MOD):
-        return False
-    if len(gram) == 1:
-        return last.kind == CONTENT
-    if any(t.low.endswith("'s") for t in gram[1:]):
-        return False
-    return any(t.kind == CONTENT for t in gram)
 
 
 def phrase_counts(text: str) -> dict[str, int]:
@@ -490,21 +489,34 @@ def phrase_counts(text: str) -> dict[str, int]:
     """
     toks = _tokens(text)
     counts: dict[str, int] = {}
+    get = counts.get
     for run in _runs(toks):
-        for i in range(len(run)):
-            for n in range(1, MAX_WORDS + 1):
-                gram = run[i:i + n]
-                if len(gram) < n:
+        # The windows of ``_valid`` over plain lists (slicing a window and testing it per
+        # start and length was a fifth of what phrase counting cost): a window is counted
+        # unless it ends on an "-ed" word or a modifier, a word after its first is a
+        # possessive (then every longer window from that start fails too), or it holds no
+        # content word; one word counts only as a content word, its "'s" stripped.
+        lows = [t.low for t in run]
+        kinds = [t.kind for t in run]
+        n = len(run)
+        for i in range(n):
+            content = False
+            for j in range(i, min(n, i + MAX_WORDS)):
+                kind = kinds[j]
+                if kind == CONTENT:
+                    content = True
+                if j > i and lows[j].endswith("'s"):
                     break
-                if not _valid(gram):
+                if kind == ED or kind == MOD or not content:
                     continue
-                key = " ".join(t.low for t in gram[:-1]) + (" " if n > 1 else "") + \
-                    _base(gram[-1].low)
-                counts[key] = min(PER_TEXT_CAP, counts.get(key, 0) + 1)
+                key = _base(lows[i]) if j == i else " ".join(lows[i : j + 1])
+                counts[key] = min(PER_TEXT_CAP, get(key, 0) + 1)
         for t in run:
+            if t.surface == t.low:  # no capital: not a case hint
+                continue
             s = _base(t.surface)
             if s != s.lower() and (not t.initial or s.isupper() or s[1:] != s[1:].lower()):
-                counts[s] = min(PER_TEXT_CAP, counts.get(s, 0) + 1)
+                counts[s] = min(PER_TEXT_CAP, get(s, 0) + 1)
     return counts
 
 

@@ -468,10 +468,16 @@ class TreeSession:
         sums, spans and sizes right on both paths."""
         old_chain = self.ancestors(node)
         self._reparent(node, new_parent)
+        new_chain = [new_parent, *self.ancestors(new_parent)]
+        # The ancestors both paths share are recomputed once, on the new path, after the
+        # nodes below them on both sides: recompute is a function of the children, so
+        # recomputing them first on the old path too only wrote values the second pass
+        # replaced (a move within a subject rebuilt its whole chain twice).
+        shared = {a.id for a in new_chain}
         for a in old_chain:
-            if a.kind == "theme":
+            if a.kind == "theme" and a.id not in shared:
                 self.recompute(a)
-        for a in [new_parent, *self.ancestors(new_parent)]:
+        for a in new_chain:
             if a.kind == "theme":
                 self.recompute(a)
 
@@ -730,13 +736,15 @@ class TreeSession:
         sums = [c.vec_sum for c in kids if c.vec_sum is not None]
         node.vec_sum = np.sum(sums, axis=0).astype(np.float32) if sums else None
         node.size = sum(c.size for c in kids)
+        # Summed in place (merge_counts/merge_phrases copy the sum so far for every child:
+        # the same totals in the same key order, at a fraction of the cost for a wide theme).
         terms_acc: dict[str, int] = {}
         for c in kids:
-            terms_acc = merge_counts(terms_acc, c.terms.items())
+            _add_counts(terms_acc, c.terms)
         node.terms = prune_counts(terms_acc, THEME_TERMS)
         phrases: dict[str, int] = {}
         for c in kids:
-            phrases = labels.merge_phrases(phrases, c.meta.phrases)
+            _add_counts(phrases, c.meta.phrases)
         node.meta.phrases = labels.prune_phrases(phrases, THEME_TERMS)
         for attr, pick in (("start_seq", min), ("end_seq", max), ("first_at", min), ("last_at", max)):
             values = [getattr(c, attr) for c in kids if getattr(c, attr) is not None]
@@ -925,6 +933,13 @@ def is_closing(user_text: str) -> bool:
     if not any(w in _CLOSING_KEYS for w in words):
         return False
     return sum(w not in _CLOSING_WORDS for w in words) <= 1
+
+
+def _add_counts(acc: dict[str, int], counts: Mapping[str, int]) -> None:
+    """Add ``counts`` into ``acc`` in place (new keys appended in their order)."""
+    get = acc.get
+    for t, c in counts.items():
+        acc[t] = get(t, 0) + c
 
 
 def _or(vec: np.ndarray | None, default: np.ndarray) -> np.ndarray:
