@@ -33,7 +33,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from operator import itemgetter
+from operator import methodcaller
 
 from ..text import STOPWORDS, idf
 
@@ -568,10 +568,13 @@ def prune_phrases(counts: Mapping[str, int], keep: int) -> dict[str, int]:
     """
     if len(counts) <= keep:
         return dict(counts)
-    ranked = sorted(counts.items())  # stable sorts, last key first (text.prune_counts)
-    ranked.sort(key=lambda kv: kv[0].count(" "), reverse=True)
-    ranked.sort(key=itemgetter(1), reverse=True)
-    return dict(ranked[:keep])
+    ranked = sorted(counts)  # stable sorts, last key first (text.prune_counts)
+    ranked.sort(key=_spaces, reverse=True)
+    ranked.sort(key=counts.__getitem__, reverse=True)
+    return {k: counts[k] for k in ranked[:keep]}
+
+
+_spaces = methodcaller("count", " ")
 
 
 DF = Callable[[str], int] | Mapping[str, int]
@@ -609,6 +612,8 @@ class _Pool:
         self.count: dict[str, int] = {}
         self.shown: dict[str, tuple[int, str]] = {}
         self.hints: dict[str, tuple[int, str]] = {}
+        # word_count per word (cohesion and the scorer ask it for every word of every phrase)
+        self._word_counts: dict[str, int] = {}
         for key, c in counts.items():
             if c <= 0:
                 continue
@@ -625,7 +630,10 @@ class _Pool:
                 self.shown[pooled] = (c, key)
 
     def word_count(self, word: str) -> int:
-        return self.count.get(_singular(_base(word)), 0)
+        got = self._word_counts.get(word)
+        if got is None:
+            got = self._word_counts[word] = self.count.get(_singular(_base(word)), 0)
+        return got
 
     def cohesion(self, key: str, count: int) -> float:
         """How much a multi-word phrase is a fixed expression rather than words that met
@@ -667,6 +675,8 @@ class _Scorer:
         # theme is big, and the plain idf condemned it in favour of one child's phrase.
         self._inside = inside
         self._members = max(0, members)
+        # Each word's weight in ``specificity`` (a word recurs across a node's phrases).
+        self._weights: dict[str, float] = {}
 
     def word_idf(self, word: str) -> float:
         """How much a word can name a subject, in (0, 1): the user's idf of the word squashed
@@ -689,8 +699,13 @@ class _Scorer:
         """Mean weight of the phrase's words (generic words count little), times a bonus for
         length."""
         words = key.split()
-        weights = [self.word_idf(w) * (0.4 if _kind(w) == WEAK else 1.0) for w in words]
+        known = self._weights
+        weights = [known[w] if w in known else self._weight(w) for w in words]
         return sum(weights) / len(words) * _LENGTH_BONUS[min(len(words), MAX_WORDS)]
+
+    def _weight(self, word: str) -> float:
+        v = self._weights[word] = self.word_idf(word) * (0.4 if _kind(word) == WEAK else 1.0)
+        return v
 
     def rank(self, pool: _Pool, frequency: Callable[[str, int], float],
              keys: Iterable[str] | None = None) -> list[tuple[float, str]]:
