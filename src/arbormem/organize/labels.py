@@ -433,7 +433,8 @@ def _tokens(text: str) -> list[_Tok]:
 
 def _address(toks: list[_Tok], start: int, end: int) -> bool:
     """A name used to address someone ("Thanks, Gina!", "Hey Mel, ..."): not a subject."""
-    if end - start > 2 or not all(t.surface[:1].isupper() for t in toks[start:end]):
+    if end - start > 2 or not toks[start].surface[:1].isupper() \
+            or not all(t.surface[:1].isupper() for t in toks[start + 1:end]):
         return False
     before = toks[start - 1] if start > 0 else None
     after = toks[end] if end < len(toks) else None

@@ -76,6 +76,7 @@ class TreeSession:
         self._deleted: set[str] = set()
         self._to_summarise: set[str] = set()
         self._vecs: dict[str, np.ndarray] = {}
+        self._phrases: dict[str, dict[str, int]] = {}  # _phrases_of
         # Creation order of the nodes made by this unit of work: new rows are written in it
         # (ids are random, so ordering by id would give identical builds different shapes).
         self._born: dict[str, int] = {}
@@ -503,11 +504,20 @@ class TreeSession:
                 keep = LEAF_TERMS if i == 0 else THEME_TERMS
                 node.terms = prune_counts(merge_counts(node.terms, counts.items()), keep)
                 if phrases is None:
-                    phrases = labels.exchange_phrase_counts(ex.user_text, ex.assistant_text)
+                    phrases = self._phrases_of(ex)
                 node.meta.phrases = labels.prune_phrases(labels.merge_phrases(node.meta.phrases, phrases), keep)
             if i == 0 and not node.summary:
                 node.summary = shorten(ex.user_text, 200)
             self._dirty.add(node.id)
+
+    def _phrases_of(self, ex: Exchange) -> dict[str, int]:
+        """The exchange's phrase counter (read-only), computed once per unit of work: an
+        exchange moved by segmentation or a rejoined thread is removed from one path and
+        added to another, and counting its phrases is a sixth of placing it."""
+        got = self._phrases.get(ex.id)
+        if got is None:
+            got = self._phrases[ex.id] = labels.exchange_phrase_counts(ex.user_text, ex.assistant_text)
+        return got
 
     def remove(self, ex: Exchange, vec: np.ndarray | None, counts: Mapping[str, int]) -> None:
         """Take a deleted exchange out of its topic and the topic's ancestors."""
@@ -520,7 +530,7 @@ class TreeSession:
             # A merged topic's part centroids (organize/aliases.py) include this exchange.
             drop_aliases(self.store, leaf)
         chain = [leaf, *self.ancestors(leaf)]
-        phrases = labels.exchange_phrase_counts(ex.user_text, ex.assistant_text)
+        phrases = self._phrases_of(ex)
         for node in chain:
             if vec is not None and node.vec_sum is not None:
                 node.vec_sum = node.vec_sum - vec
