@@ -307,13 +307,6 @@ _ING_ALWAYS_NOUNS = _words(
 STOP, CONTENT, ED, MOD, WEAK = range(5)  # word kinds (module-private; names for readability)
 
 
-class _Tok:
-    __slots__ = ("low", "surface", "initial", "kind")
-
-    def __init__(self, low: str, surface: str, initial: bool, kind: int) -> None:
-        self.low, self.surface, self.initial, self.kind = low, surface, initial, kind
-
-
 _KINDS: dict[str, int] = {}
 
 
@@ -406,7 +399,21 @@ def _word(word: str) -> tuple[str, str, int]:
     return got
 
 
-def _tokens(text: str) -> list[_Tok]:
+class _Toks:
+    """A text's tokens as parallel lists (lower case, surface, sentence-initial, kind): the
+    phrase counter reads them by index, so no object is made per token. Punctuation is a
+    token of kind STOP with an empty lower case."""
+
+    __slots__ = ("low", "surface", "initial", "kind")
+
+    def __init__(self) -> None:
+        self.low: list[str] = []
+        self.surface: list[str] = []
+        self.initial: list[bool] = []
+        self.kind: list[int] = []
+
+
+def _tokens(text: str) -> _Toks:
     # Each rewrite runs only when its pattern can match (a URL or address needs "://", "www."
     # or "@", a speaker label a colon, a joined word a hyphen): most texts hold none, and
     # the scans cost a fifth of the tokenizing.
@@ -416,52 +423,58 @@ def _tokens(text: str) -> list[_Tok]:
         text = _LABEL.sub(_unlabel, text)
     if "-" in text or "\u2010" in text:
         text = _HYPHEN.sub(" ", text)
-    out: list[_Tok] = []
-    append = out.append
+    toks = _Toks()
+    lows, surfaces, initials, kinds = toks.low, toks.surface, toks.initial, toks.kind
     initial = True
     for word, end, punct in _TOKEN.findall(text):
         if not word:
             if end:
                 initial = True
-            append(_Tok("", end or punct, initial, STOP))
+            lows.append("")
+            surfaces.append(end or punct)
+            initials.append(initial)
+            kinds.append(STOP)
             continue
         surface, low, kind = _word(word)
-        append(_Tok(low, surface, initial, kind))
+        lows.append(low)
+        surfaces.append(surface)
+        initials.append(initial)
+        kinds.append(kind)
         initial = False
-    return out
+    return toks
 
 
-def _address(toks: list[_Tok], start: int, end: int) -> bool:
+def _address(toks: _Toks, start: int, end: int) -> bool:
     """A name used to address someone ("Thanks, Gina!", "Hey Mel, ..."): not a subject."""
-    if end - start > 2 or not toks[start].surface[:1].isupper() \
-            or not all(t.surface[:1].isupper() for t in toks[start + 1:end]):
+    surfaces = toks.surface
+    if end - start > 2 or not all(s[:1].isupper() for s in surfaces[start:end]):
         return False
-    before = toks[start - 1] if start > 0 else None
-    after = toks[end] if end < len(toks) else None
-    if after is not None and after.surface not in (",", "!", "?", ".", "!!", "?!", "...", "…"):
+    if end < len(surfaces) and surfaces[end] not in (",", "!", "?", ".", "!!", "?!", "...", "…"):
         return False
-    return before is not None and (before.surface == "," or before.low in _ADDRESS)
+    return start > 0 and (surfaces[start - 1] == "," or toks.low[start - 1] in _ADDRESS)
 
 
-def _runs(toks: list[_Tok]) -> list[list[_Tok]]:
-    runs: list[list[_Tok]] = []
+def _runs(toks: _Toks) -> list[tuple[int, int]]:
+    """The runs of candidate words, as (start, end) token index ranges."""
+    runs: list[tuple[int, int]] = []
     start = 0
+    lows, kinds = toks.low, toks.kind
 
     def close(end: int) -> None:
         if end > start and not _address(toks, start, end):
-            runs.append(toks[start:end])
+            runs.append((start, end))
 
-    last = len(toks) - 1
+    last = len(lows) - 1
     prev = ""
-    for i, t in enumerate(toks):
+    for i, w in enumerate(lows):
         # _verbal and _participle written out: they ran for every token of every exchange.
-        w = t.low
+        kind = kinds[i]
         ing = len(w) >= 5 and w.endswith("ing") and w not in _ING_ALWAYS_NOUNS
-        if t.kind == STOP or prev in _VERB_CONTEXT or ing and (
-                prev in _BE or (toks[i + 1].low if i < last else "") in _DETERMINERS):
+        if kind == STOP or prev in _VERB_CONTEXT or ing and (
+                prev in _BE or (lows[i + 1] if i < last else "") in _DETERMINERS):
             close(i)
             start = i + 1
-        elif t.kind == ED and i > start:
+        elif kind == ED and i > start:
             close(i)
             start = i
         elif i > start and ing and w not in _ING_NOUNS:
@@ -470,7 +483,7 @@ def _runs(toks: list[_Tok]) -> list[list[_Tok]]:
             close(i)
             start = i + 1
         prev = w
-    close(len(toks))
+    close(len(lows))
     return runs
 
 
@@ -489,20 +502,17 @@ def phrase_counts(text: str) -> dict[str, int]:
     Keys with an upper-case letter are case hints (see the module docstring).
     """
     toks = _tokens(text)
+    lows, surfaces, initials, kinds = toks.low, toks.surface, toks.initial, toks.kind
     counts: dict[str, int] = {}
     get = counts.get
-    for run in _runs(toks):
-        # The windows of ``_valid`` over plain lists (slicing a window and testing it per
-        # start and length was a fifth of what phrase counting cost): a window is counted
-        # unless it ends on an "-ed" word or a modifier, a word after its first is a
-        # possessive (then every longer window from that start fails too), or it holds no
+    for first, stop in _runs(toks):
+        # Every window of 1-MAX_WORDS words of the run, tested over the token lists: a window
+        # is counted unless it ends on an "-ed" word or a modifier, a word after its first is
+        # a possessive (then every longer window from that start fails too), or it holds no
         # content word; one word counts only as a content word, its "'s" stripped.
-        lows = [t.low for t in run]
-        kinds = [t.kind for t in run]
-        n = len(run)
-        for i in range(n):
+        for i in range(first, stop):
             content = False
-            for j in range(i, min(n, i + MAX_WORDS)):
+            for j in range(i, min(stop, i + MAX_WORDS)):
                 kind = kinds[j]
                 if kind == CONTENT:
                     content = True
@@ -512,11 +522,12 @@ def phrase_counts(text: str) -> dict[str, int]:
                     continue
                 key = _base(lows[i]) if j == i else " ".join(lows[i : j + 1])
                 counts[key] = min(PER_TEXT_CAP, get(key, 0) + 1)
-        for t in run:
-            if t.surface == t.low:  # no capital: not a case hint
+        for i in range(first, stop):
+            surface = surfaces[i]
+            if surface == lows[i]:  # no capital: not a case hint
                 continue
-            s = _base(t.surface)
-            if s != s.lower() and (not t.initial or s.isupper() or s[1:] != s[1:].lower()):
+            s = _base(surface)
+            if s != s.lower() and (not initials[i] or s.isupper() or s[1:] != s[1:].lower()):
                 counts[s] = min(PER_TEXT_CAP, get(s, 0) + 1)
     return counts
 
