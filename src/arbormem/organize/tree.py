@@ -76,7 +76,7 @@ class TreeSession:
         self._deleted: set[str] = set()
         self._to_summarise: set[str] = set()
         self._vecs: dict[str, np.ndarray] = {}
-        self._phrases: dict[str, dict[str, int]] = {}  # _phrases_of
+        self._phrases: dict[tuple[str, str], dict[str, int]] = {}  # _phrases_of
         # Creation order of the nodes made by this unit of work: new rows are written in it
         # (ids are random, so ordering by id would give identical builds different shapes).
         self._born: dict[str, int] = {}
@@ -513,10 +513,12 @@ class TreeSession:
     def _phrases_of(self, ex: Exchange) -> dict[str, int]:
         """The exchange's phrase counter (read-only), computed once per unit of work: an
         exchange moved by segmentation or a rejoined thread is removed from one path and
-        added to another, and counting its phrases is a sixth of placing it."""
-        got = self._phrases.get(ex.id)
+        added to another, and counting its phrases is a sixth of placing it. Keyed by the
+        texts it is a function of, not the id, so an edited text is counted afresh."""
+        key = (ex.user_text, ex.assistant_text)
+        got = self._phrases.get(key)
         if got is None:
-            got = self._phrases[ex.id] = labels.exchange_phrase_counts(ex.user_text, ex.assistant_text)
+            got = self._phrases[key] = labels.exchange_phrase_counts(ex.user_text, ex.assistant_text)
         return got
 
     def remove(self, ex: Exchange, vec: np.ndarray | None, counts: Mapping[str, int]) -> None:
