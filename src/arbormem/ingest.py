@@ -171,6 +171,7 @@ class Unit:
         self.tree = TreeSession(writer.store, user_id, writer.settings.tree)
         self.added: list[Exchange] = []
         self._counts: list[Mapping[str, int]] = []
+        self._vecs: list[np.ndarray] = []
 
     def add(self, ex: Exchange, vec: np.ndarray, *, update: bool = False) -> Exchange:
         """Place ``ex`` and write its row (``update``: the row exists, as for a pending
@@ -182,7 +183,9 @@ class Unit:
             store.update_exchange(ex)
         else:
             store.insert_exchange(ex)
-        store.put_vectors(ex.user_id, "exchange", [ex.id], vec[None, :])
+        # The vector is written at ``finish``, with the unit's others in one statement:
+        # placement takes this unit's vectors from the tree session, never from the store.
+        self._vecs.append(vec)
         self.added.append(ex)
         self._counts.append(counts)
         return ex
@@ -193,9 +196,10 @@ class Unit:
         return self.tree.moved
 
     def finish(self) -> None:
-        """Write the lexical keys of the added exchanges and their neighbours, the term
-        statistics and the changed tree nodes."""
+        """Write the vectors and lexical keys of the added exchanges (and their neighbours'
+        keys), the term statistics and the changed tree nodes."""
         if self.added:
+            self.writer.store.put_vectors(self.user_id, "exchange", [e.id for e in self.added], np.stack(self._vecs))
             self.writer.write_lexical_keys(self.user_id, sorted({e.seq + d for e in self.added for d in (-1, 0, 1)}),
                                            {e.seq: e for e in self.added})
             self.writer.store.add_term_counts(self.user_id, Counter(t for c in self._counts for t in c))

@@ -277,13 +277,19 @@ class Memory:
                 late = [i for i in todo if i not in vecs]  # its stored copy was deleted meanwhile
                 if late:
                     vecs.update(zip(late, self.writer.embed([prepared[i].text for i in late]), strict=True))
+            # One sequence number is allocated and the rest follow it: the transaction holds
+            # the user's write lock, and storing an exchange raises the user's counter past
+            # its seq (store contract), so the counter ends where a next_seq per exchange
+            # left it, at two statements less per exchange.
+            seq = self.store.next_seq(uid) if todo else 0
             # Placed and indexed batch by batch (each lexical key written once per batch, the
             # tree's changed nodes flushed once per batch), all inside the one transaction.
             for start in range(0, len(todo), batch_size):
                 part = todo[start : start + batch_size]
                 unit = self.writer.unit(uid)
                 for i in part:
-                    ex = unit.add(dataclasses.replace(prepared[i], seq=self.store.next_seq(uid)), vecs[i])
+                    ex = unit.add(dataclasses.replace(prepared[i], seq=seq), vecs[i])
+                    seq += 1
                     if dedupe:
                         self.store.log_change(uid, "import_item", _HASH_PREFIX + hashes[i], {"exchange_id": ex.id})
                 unit.finish()

@@ -14,7 +14,6 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from operator import itemgetter
 from typing import Any
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
@@ -109,10 +108,11 @@ def prune_counts(counts: Mapping[str, int], keep: int) -> dict[str, int]:
         return dict(counts)
     # By count, descending, then by term: two C-level sorts (terms are unique; the second,
     # stable sort keeps them in order within a count) cost half the one with a tuple key,
-    # and ingest prunes every ancestor's counter for every exchange.
-    ranked = sorted(counts.items())
-    ranked.sort(key=itemgetter(1), reverse=True)
-    return dict(ranked[:keep])
+    # and ingest prunes every ancestor's counter for every exchange. The terms alone are
+    # sorted, not (term, count) pairs: a third faster again, the same order.
+    ranked = sorted(counts)
+    ranked.sort(key=counts.__getitem__, reverse=True)
+    return {t: counts[t] for t in ranked[:keep]}
 
 
 def merge_counts(a: Mapping[str, int], b: Iterable[tuple[str, int]]) -> dict[str, int]:

@@ -33,7 +33,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from operator import itemgetter
+from operator import methodcaller
 
 from ..text import STOPWORDS, idf
 
@@ -307,13 +307,6 @@ _ING_ALWAYS_NOUNS = _words(
 STOP, CONTENT, ED, MOD, WEAK = range(5)  # word kinds (module-private; names for readability)
 
 
-class _Tok:
-    __slots__ = ("low", "surface", "initial", "kind")
-
-    def __init__(self, low: str, surface: str, initial: bool, kind: int) -> None:
-        self.low, self.surface, self.initial, self.kind = low, surface, initial, kind
-
-
 _KINDS: dict[str, int] = {}
 
 
@@ -387,95 +380,115 @@ def _unlabel(m: re.Match[str]) -> str:
     return "\n" if all(w[:1].isupper() for w in label.strip()[:-1].split()) else label
 
 
-def _tokens(text: str) -> list[_Tok]:
-    text = _URL.sub(" . ", text)
-    text = _LABEL.sub(_unlabel, text)
-    text = _HYPHEN.sub(" ", text)
-    out: list[_Tok] = []
-    initial = True
-    for word, end, punct in _TOKEN.findall(text):
-        if not word:
-            if end:
-                initial = True
-            out.append(_Tok("", end or punct, initial, STOP))
-            continue
+_WORDS_SEEN: dict[str, tuple[str, str, int]] = {}
+
+
+def _word(word: str) -> tuple[str, str, int]:
+    """(surface, lower case, kind) of a word as the tokenizer found it (cached: words are
+    Zipfian, and these steps were a third of what tokenizing an exchange cost)."""
+    got = _WORDS_SEEN.get(word)
+    if got is None:
+        if len(_WORDS_SEEN) > 50_000:
+            _WORDS_SEEN.clear()
         surface = word.replace(_APOSTROPHE, "'")
         low = surface.lower()
         kind = _kind(low)
         if len(low) == 2 and surface.isupper() and low not in _STOP:
             kind = CONTENT  # an acronym ("AI", "TV"); lower-case two-letter words never count
-        out.append(_Tok(low, surface, initial, kind))
+        got = _WORDS_SEEN[word] = (surface, low, kind)
+    return got
+
+
+class _Toks:
+    """A text's tokens as parallel lists (lower case, surface, sentence-initial, kind): the
+    phrase counter reads them by index, so no object is made per token. Punctuation is a
+    token of kind STOP with an empty lower case."""
+
+    __slots__ = ("low", "surface", "initial", "kind")
+
+    def __init__(self) -> None:
+        self.low: list[str] = []
+        self.surface: list[str] = []
+        self.initial: list[bool] = []
+        self.kind: list[int] = []
+
+
+def _tokens(text: str) -> _Toks:
+    # Each rewrite runs only when its pattern can match (a URL or address needs "://", "www."
+    # or "@", a speaker label a colon, a joined word a hyphen): most texts hold none, and
+    # the scans cost a fifth of the tokenizing.
+    if "@" in text or "://" in text or "www." in text.lower():
+        text = _URL.sub(" . ", text)
+    if ":" in text:
+        text = _LABEL.sub(_unlabel, text)
+    if "-" in text or "\u2010" in text:
+        text = _HYPHEN.sub(" ", text)
+    toks = _Toks()
+    lows, surfaces, initials, kinds = toks.low, toks.surface, toks.initial, toks.kind
+    initial = True
+    for word, end, punct in _TOKEN.findall(text):
+        if not word:
+            if end:
+                initial = True
+            lows.append("")
+            surfaces.append(end or punct)
+            initials.append(initial)
+            kinds.append(STOP)
+            continue
+        surface, low, kind = _word(word)
+        lows.append(low)
+        surfaces.append(surface)
+        initials.append(initial)
+        kinds.append(kind)
         initial = False
-    return out
+    return toks
 
 
-def _verbal(toks: list[_Tok], i: int) -> bool:
-    """A word the lists take for a noun but its neighbours show to be a verb: any word after a
-    subject pronoun or a modal ("we ride horses"), an "-ing" word after a form of "be" or
-    before a determiner ("we're planning", "painting the fence")."""
-    prev = toks[i - 1].low if i > 0 else ""
-    if prev in _VERB_CONTEXT:
-        return True
-    w = toks[i].low
-    if not w.endswith("ing") or len(w) < 5 or w in _ING_ALWAYS_NOUNS:
-        return False
-    nxt = toks[i + 1].low if i + 1 < len(toks) else ""
-    return prev in _BE or nxt in _DETERMINERS
-
-
-def _participle(w: str) -> bool:
-    return w.endswith("ing") and len(w) >= 5 and w not in _ING_NOUNS \
-        and w not in _ING_ALWAYS_NOUNS
-
-
-def _address(toks: list[_Tok], start: int, end: int) -> bool:
+def _address(toks: _Toks, start: int, end: int) -> bool:
     """A name used to address someone ("Thanks, Gina!", "Hey Mel, ..."): not a subject."""
-    if end - start > 2 or not all(t.surface[:1].isupper() for t in toks[start:end]):
+    surfaces = toks.surface
+    if end - start > 2 or not all(s[:1].isupper() for s in surfaces[start:end]):
         return False
-    before = toks[start - 1] if start > 0 else None
-    after = toks[end] if end < len(toks) else None
-    if after is not None and after.surface not in (",", "!", "?", ".", "!!", "?!", "...", "…"):
+    if end < len(surfaces) and surfaces[end] not in (",", "!", "?", ".", "!!", "?!", "...", "…"):
         return False
-    return before is not None and (before.surface == "," or before.low in _ADDRESS)
+    return start > 0 and (surfaces[start - 1] == "," or toks.low[start - 1] in _ADDRESS)
 
 
-def _runs(toks: list[_Tok]) -> list[list[_Tok]]:
-    runs: list[list[_Tok]] = []
+def _runs(toks: _Toks) -> list[tuple[int, int]]:
+    """The runs of candidate words, as (start, end) token index ranges."""
+    runs: list[tuple[int, int]] = []
     start = 0
+    lows, kinds = toks.low, toks.kind
 
     def close(end: int) -> None:
         if end > start and not _address(toks, start, end):
-            runs.append(toks[start:end])
+            runs.append((start, end))
 
-    for i, t in enumerate(toks):
-        if t.kind == STOP or _verbal(toks, i):
+    last = len(lows) - 1
+    prev = ""
+    for i, w in enumerate(lows):
+        # _verbal and _participle written out: they ran for every token of every exchange.
+        kind = kinds[i]
+        ing = len(w) >= 5 and w.endswith("ing") and w not in _ING_ALWAYS_NOUNS
+        if kind == STOP or prev in _VERB_CONTEXT or ing and (
+                prev in _BE or (lows[i + 1] if i < last else "") in _DETERMINERS):
             close(i)
             start = i + 1
-        elif t.kind == ED and i > start:
+        elif kind == ED and i > start:
             close(i)
             start = i
-        elif i > start and _participle(t.low):
+        elif i > start and ing and w not in _ING_NOUNS:
             # A noun then an "-ing" word is a clause ("a bird flying over"), not a compound
             # ("dog walking", "marathon training": those "-ing" words are listed nouns).
             close(i)
             start = i + 1
-    close(len(toks))
+        prev = w
+    close(len(lows))
     return runs
 
 
 def _base(word: str) -> str:
     return word[:-2] if word.endswith("'s") else word
-
-
-def _valid(gram: Sequence[_Tok]) -> bool:
-    last = gram[-1]
-    if last.kind in (ED, MOD):
-        return False
-    if len(gram) == 1:
-        return last.kind == CONTENT
-    if any(t.low.endswith("'s") for t in gram[1:]):
-        return False
-    return any(t.kind == CONTENT for t in gram)
 
 
 def phrase_counts(text: str) -> dict[str, int]:
@@ -489,22 +502,33 @@ def phrase_counts(text: str) -> dict[str, int]:
     Keys with an upper-case letter are case hints (see the module docstring).
     """
     toks = _tokens(text)
+    lows, surfaces, initials, kinds = toks.low, toks.surface, toks.initial, toks.kind
     counts: dict[str, int] = {}
-    for run in _runs(toks):
-        for i in range(len(run)):
-            for n in range(1, MAX_WORDS + 1):
-                gram = run[i:i + n]
-                if len(gram) < n:
+    get = counts.get
+    for first, stop in _runs(toks):
+        # Every window of 1-MAX_WORDS words of the run, tested over the token lists: a window
+        # is counted unless it ends on an "-ed" word or a modifier, a word after its first is
+        # a possessive (then every longer window from that start fails too), or it holds no
+        # content word; one word counts only as a content word, its "'s" stripped.
+        for i in range(first, stop):
+            content = False
+            for j in range(i, min(stop, i + MAX_WORDS)):
+                kind = kinds[j]
+                if kind == CONTENT:
+                    content = True
+                if j > i and lows[j].endswith("'s"):
                     break
-                if not _valid(gram):
+                if kind == ED or kind == MOD or not content:
                     continue
-                key = " ".join(t.low for t in gram[:-1]) + (" " if n > 1 else "") + \
-                    _base(gram[-1].low)
-                counts[key] = min(PER_TEXT_CAP, counts.get(key, 0) + 1)
-        for t in run:
-            s = _base(t.surface)
-            if s != s.lower() and (not t.initial or s.isupper() or s[1:] != s[1:].lower()):
-                counts[s] = min(PER_TEXT_CAP, counts.get(s, 0) + 1)
+                key = _base(lows[i]) if j == i else " ".join(lows[i : j + 1])
+                counts[key] = min(PER_TEXT_CAP, get(key, 0) + 1)
+        for i in range(first, stop):
+            surface = surfaces[i]
+            if surface == lows[i]:  # no capital: not a case hint
+                continue
+            s = _base(surface)
+            if s != s.lower() and (not initials[i] or s.isupper() or s[1:] != s[1:].lower()):
+                counts[s] = min(PER_TEXT_CAP, get(s, 0) + 1)
     return counts
 
 
@@ -556,10 +580,13 @@ def prune_phrases(counts: Mapping[str, int], keep: int) -> dict[str, int]:
     """
     if len(counts) <= keep:
         return dict(counts)
-    ranked = sorted(counts.items())  # stable sorts, last key first (text.prune_counts)
-    ranked.sort(key=lambda kv: kv[0].count(" "), reverse=True)
-    ranked.sort(key=itemgetter(1), reverse=True)
-    return dict(ranked[:keep])
+    ranked = sorted(counts)  # stable sorts, last key first (text.prune_counts)
+    ranked.sort(key=_spaces, reverse=True)
+    ranked.sort(key=counts.__getitem__, reverse=True)
+    return {k: counts[k] for k in ranked[:keep]}
+
+
+_spaces = methodcaller("count", " ")
 
 
 DF = Callable[[str], int] | Mapping[str, int]
@@ -597,6 +624,8 @@ class _Pool:
         self.count: dict[str, int] = {}
         self.shown: dict[str, tuple[int, str]] = {}
         self.hints: dict[str, tuple[int, str]] = {}
+        # word_count per word (cohesion and the scorer ask it for every word of every phrase)
+        self._word_counts: dict[str, int] = {}
         for key, c in counts.items():
             if c <= 0:
                 continue
@@ -613,7 +642,10 @@ class _Pool:
                 self.shown[pooled] = (c, key)
 
     def word_count(self, word: str) -> int:
-        return self.count.get(_singular(_base(word)), 0)
+        got = self._word_counts.get(word)
+        if got is None:
+            got = self._word_counts[word] = self.count.get(_singular(_base(word)), 0)
+        return got
 
     def cohesion(self, key: str, count: int) -> float:
         """How much a multi-word phrase is a fixed expression rather than words that met
@@ -655,6 +687,8 @@ class _Scorer:
         # theme is big, and the plain idf condemned it in favour of one child's phrase.
         self._inside = inside
         self._members = max(0, members)
+        # Each word's weight in ``specificity`` (a word recurs across a node's phrases).
+        self._weights: dict[str, float] = {}
 
     def word_idf(self, word: str) -> float:
         """How much a word can name a subject, in (0, 1): the user's idf of the word squashed
@@ -677,8 +711,13 @@ class _Scorer:
         """Mean weight of the phrase's words (generic words count little), times a bonus for
         length."""
         words = key.split()
-        weights = [self.word_idf(w) * (0.4 if _kind(w) == WEAK else 1.0) for w in words]
+        known = self._weights
+        weights = [known[w] if w in known else self._weight(w) for w in words]
         return sum(weights) / len(words) * _LENGTH_BONUS[min(len(words), MAX_WORDS)]
+
+    def _weight(self, word: str) -> float:
+        v = self._weights[word] = self.word_idf(word) * (0.4 if _kind(word) == WEAK else 1.0)
+        return v
 
     def rank(self, pool: _Pool, frequency: Callable[[str, int], float],
              keys: Iterable[str] | None = None) -> list[tuple[float, str]]:

@@ -23,10 +23,10 @@ it caches the nodes it reads and writes dirty ones (row, centroid, text index) o
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 import re
 import uuid
-from collections import Counter
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -42,7 +42,6 @@ from ..text import (
     shorten,
     term_counts,
     terms,
-    top_terms,
 )
 from . import labels
 from .aliases import drop_aliases
@@ -66,6 +65,9 @@ class TreeSession:
         self.user_id = user_id
         self.s = settings
         self._nodes: dict[str, TopicRecord] = {}
+        # The topics among ``_nodes``, in the same order (homing scans the held leaves for
+        # every exchange; a unit of work holds several times as many themes and topics).
+        self._leaves: dict[str, TopicRecord] = {}
         self._shape_cache: dict[str, TopicShape] = {}  # nodes as stored, for homing
         self._stored_text: dict[str, str] = {}  # full-text entries as stored (_loaded)
         self._stored_vec: dict[str, np.ndarray | None] = {}  # centroids as stored
@@ -74,6 +76,7 @@ class TreeSession:
         self._deleted: set[str] = set()
         self._to_summarise: set[str] = set()
         self._vecs: dict[str, np.ndarray] = {}
+        self._phrases: dict[tuple[str, str], dict[str, int]] = {}  # _phrases_of
         # Creation order of the nodes made by this unit of work: new rows are written in it
         # (ids are random, so ordering by id would give identical builds different shapes).
         self._born: dict[str, int] = {}
@@ -98,7 +101,7 @@ class TreeSession:
                                title="", created_seq=0)
             self._dirty.add(root.id)
             self._kids[root.id] = []
-        self._nodes[root.id] = root
+        self._hold(root)
         return root
 
     def _loaded(self, node: TopicRecord) -> None:
@@ -108,12 +111,17 @@ class TreeSession:
         self._stored_text[node.id] = topic_index_text(node)
         self._stored_vec[node.id] = node.centroid()
 
+    def _hold(self, node: TopicRecord) -> None:
+        self._nodes[node.id] = node
+        if node.kind == "topic":
+            self._leaves[node.id] = node
+
     def get(self, topic_id: str) -> TopicRecord | None:
         node = self._nodes.get(topic_id)
         if node is None and topic_id not in self._deleted:
             node = self.store.get_topic(topic_id)
             if node is not None and node.user_id == self.user_id:
-                self._nodes[topic_id] = node
+                self._hold(node)
                 self._loaded(node)
             else:
                 node = None
@@ -125,7 +133,7 @@ class TreeSession:
             recs = self.store.list_topics(self.user_id, parent_id=node.id)
             for r in recs:
                 if r.id not in self._nodes:
-                    self._nodes[r.id] = r
+                    self._hold(r)
                     self._loaded(r)
             ids = [r.id for r in recs]
             self._kids[node.id] = ids
@@ -147,7 +155,7 @@ class TreeSession:
     def _create(self, kind: str, parent: TopicRecord, seq: int) -> TopicRecord:
         rec = TopicRecord(id=new_id("t"), user_id=self.user_id, kind=kind,  # type: ignore[arg-type]
                           parent_id=parent.id, created_seq=seq)
-        self._nodes[rec.id] = rec
+        self._hold(rec)
         self._kids[rec.id] = []
         self._born[rec.id] = len(self._born)
         self.children(parent)
@@ -351,13 +359,15 @@ class TreeSession:
         norm = float(np.linalg.norm(vsum)) or 1.0
         k = self.s.home_candidates
         hits = self.store.vector_search(self.user_id, "topic", (vsum / norm).astype(np.float32), k)
-        held = [(i, node.vec_sum, node.size) for i, node in self._nodes.items()
-                 if node.kind == "topic" and node.size > 0 and node.vec_sum is not None and i != exclude]
+        held = [(i, node.vec_sum, node.size) for i, node in self._leaves.items()
+                if node.size > 0 and node.vec_sum is not None and i != exclude]
         if len(held) > k:
             # A bulk unit of work holds hundreds of leaves; scoring each as a shape in Python
             # for every homing was most of add_many's CPU (O(chunk^2)). Only the k best by
             # average link can reach _find_home's top 8, so the rest are dropped in numpy.
-            links = (np.stack([v for _, v, _ in held]) @ vsum) / np.array([n for _, _, n in held])
+            # (One concatenate, not np.stack: the same matrix at a quarter of the cost.)
+            mat = np.concatenate([v for _, v, _ in held]).reshape(len(held), -1)
+            links = (mat @ vsum) / np.array([n for _, _, n in held])
             held = [held[j] for j in np.argpartition(-links, k)[:k]]
         ids = [i for i, _ in hits] + [i for i, _, _ in held]
         return [sh for i, sh in self._shapes(ids).items()
@@ -468,10 +478,16 @@ class TreeSession:
         sums, spans and sizes right on both paths."""
         old_chain = self.ancestors(node)
         self._reparent(node, new_parent)
+        new_chain = [new_parent, *self.ancestors(new_parent)]
+        # The ancestors both paths share are recomputed once, on the new path, after the
+        # nodes below them on both sides: recompute is a function of the children, so
+        # recomputing them first on the old path too only wrote values the second pass
+        # replaced (a move within a subject rebuilt its whole chain twice).
+        shared = {a.id for a in new_chain}
         for a in old_chain:
-            if a.kind == "theme":
+            if a.kind == "theme" and a.id not in shared:
                 self.recompute(a)
-        for a in [new_parent, *self.ancestors(new_parent)]:
+        for a in new_chain:
             if a.kind == "theme":
                 self.recompute(a)
 
@@ -488,11 +504,22 @@ class TreeSession:
                 keep = LEAF_TERMS if i == 0 else THEME_TERMS
                 node.terms = prune_counts(merge_counts(node.terms, counts.items()), keep)
                 if phrases is None:
-                    phrases = labels.exchange_phrase_counts(ex.user_text, ex.assistant_text)
+                    phrases = self._phrases_of(ex)
                 node.meta.phrases = labels.prune_phrases(labels.merge_phrases(node.meta.phrases, phrases), keep)
             if i == 0 and not node.summary:
                 node.summary = shorten(ex.user_text, 200)
             self._dirty.add(node.id)
+
+    def _phrases_of(self, ex: Exchange) -> dict[str, int]:
+        """The exchange's phrase counter (read-only), computed once per unit of work: an
+        exchange moved by segmentation or a rejoined thread is removed from one path and
+        added to another, and counting its phrases is a sixth of placing it. Keyed by the
+        texts it is a function of, not the id, so an edited text is counted afresh."""
+        key = (ex.user_text, ex.assistant_text)
+        got = self._phrases.get(key)
+        if got is None:
+            got = self._phrases[key] = labels.exchange_phrase_counts(ex.user_text, ex.assistant_text)
+        return got
 
     def remove(self, ex: Exchange, vec: np.ndarray | None, counts: Mapping[str, int]) -> None:
         """Take a deleted exchange out of its topic and the topic's ancestors."""
@@ -505,7 +532,7 @@ class TreeSession:
             # A merged topic's part centroids (organize/aliases.py) include this exchange.
             drop_aliases(self.store, leaf)
         chain = [leaf, *self.ancestors(leaf)]
-        phrases = labels.exchange_phrase_counts(ex.user_text, ex.assistant_text)
+        phrases = self._phrases_of(ex)
         for node in chain:
             if vec is not None and node.vec_sum is not None:
                 node.vec_sum = node.vec_sum - vec
@@ -539,6 +566,7 @@ class TreeSession:
         self._dirty.discard(node.id)
         self._to_summarise.discard(node.id)
         self._nodes.pop(node.id, None)
+        self._leaves.pop(node.id, None)
 
     def move(self, ex: Exchange, vec: np.ndarray | None, counts: Mapping[str, int], target: TopicRecord) -> None:
         """Move a completed exchange to another leaf (re-segmentation), keeping every
@@ -582,7 +610,7 @@ class TreeSession:
         """Put a node that is not in the tree (a restored topic) under ``parent``; written at
         ``flush``. The caller moves its exchanges and recomputes its aggregates."""
         rec.parent_id = parent.id
-        self._nodes[rec.id] = rec
+        self._hold(rec)
         self._kids.setdefault(rec.id, [])
         self._deleted.discard(rec.id)
         self.children(parent)
@@ -730,13 +758,15 @@ class TreeSession:
         sums = [c.vec_sum for c in kids if c.vec_sum is not None]
         node.vec_sum = np.sum(sums, axis=0).astype(np.float32) if sums else None
         node.size = sum(c.size for c in kids)
+        # Summed in place (merge_counts/merge_phrases copy the sum so far for every child:
+        # the same totals in the same key order, at a fraction of the cost for a wide theme).
         terms_acc: dict[str, int] = {}
         for c in kids:
-            terms_acc = merge_counts(terms_acc, c.terms.items())
+            _add_counts(terms_acc, c.terms)
         node.terms = prune_counts(terms_acc, THEME_TERMS)
         phrases: dict[str, int] = {}
         for c in kids:
-            phrases = labels.merge_phrases(phrases, c.meta.phrases)
+            _add_counts(phrases, c.meta.phrases)
         node.meta.phrases = labels.prune_phrases(phrases, THEME_TERMS)
         for attr, pick in (("start_seq", min), ("end_seq", max), ("first_at", min), ("last_at", max)):
             values = [getattr(c, attr) for c in kids if getattr(c, attr) is not None]
@@ -788,6 +818,7 @@ class TreeSession:
             if node.id in due:
                 wanted |= labels.phrase_words(node.meta.phrases)
         df = self.store.get_term_df(self.user_id, list(wanted)) if wanted else {}
+        idfs: dict[str, float] = {}  # each term's idf, computed once per flush
         # A theme's summary (its children's titles) and frozen flag are rebuilt only when a
         # child was retitled, closed or moved: reading every ancestor's children on every
         # exchange was most of one-by-one ingest's tree cost.
@@ -796,7 +827,7 @@ class TreeSession:
             if node.kind == "root" or llm_labelled(node):
                 continue
             if node.kind == "topic" or node.id in due:
-                node.keywords = top_terms(node.terms, df, n_docs, KEYWORDS)
+                node.keywords = _keywords(node.terms, idfs, df, n_docs)
             if node.id in due:
                 before = node.title
                 node.title = self._title(node, df, n_docs)
@@ -927,6 +958,26 @@ def is_closing(user_text: str) -> bool:
     return sum(w not in _CLOSING_WORDS for w in words) <= 1
 
 
+def _keywords(counts: Mapping[str, int], idfs: dict[str, float], df: Mapping[str, int], n_docs: int) -> list[str]:
+    """``text.top_terms(counts, df, n_docs, KEYWORDS)`` with each term's idf taken from
+    ``idfs`` (filled as terms come): a flush ranks the counters of a hundred nodes sharing
+    most of their terms, and computing the idf per term per node was most of the ranking."""
+    scored = []
+    for t, c in counts.items():
+        w = idfs.get(t)
+        if w is None:
+            w = idfs[t] = idf(df.get(t, 1), n_docs)
+        scored.append((-(1.0 + math.log(c)) * w, t))
+    return [t for _, t in heapq.nsmallest(KEYWORDS, scored)]
+
+
+def _add_counts(acc: dict[str, int], counts: Mapping[str, int]) -> None:
+    """Add ``counts`` into ``acc`` in place (new keys appended in their order)."""
+    get = acc.get
+    for t, c in counts.items():
+        acc[t] = get(t, 0) + c
+
+
 def _or(vec: np.ndarray | None, default: np.ndarray) -> np.ndarray:
     return default if vec is None else vec
 
@@ -955,18 +1006,24 @@ def balanced_groups(vecs: np.ndarray, k: int, cap: int, iters: int = 6) -> list[
     assign = np.zeros(n, dtype=int)
     for _ in range(iters):
         sims = unit @ c.T
-        order = np.argsort(-sims.max(axis=1))
-        load = Counter[int]()
+        order = np.argsort(-sims.max(axis=1)).tolist()
+        # Every item's groups by preference in one call, walked as Python ints (an argsort
+        # and numpy scalars per item were most of a split's cost; the same order per row).
+        prefs = np.argsort(-sims, axis=1).tolist()
+        load = [0] * k
         for i in order:
-            for g in np.argsort(-sims[i]):
-                if load[int(g)] < cap:
-                    assign[i] = int(g)
-                    load[int(g)] += 1
+            for g in prefs[i]:
+                if load[g] < cap:
+                    assign[i] = g
+                    load[g] += 1
                     break
         for g in range(k):
             members = unit[assign == g]
             if len(members):
                 m = members.sum(axis=0)
                 c[g] = m / (np.linalg.norm(m) or 1.0)
-    return [[i for i in range(n) if assign[i] == g] for g in range(k)]
+    groups: list[list[int]] = [[] for _ in range(k)]
+    for i, g in enumerate(assign.tolist()):
+        groups[g].append(i)
+    return groups
 

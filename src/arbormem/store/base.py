@@ -188,7 +188,10 @@ class Store(ABC):
         """Allocate the user's next sequence number (call inside ``transaction``)."""
 
     @abstractmethod
-    def insert_exchange(self, ex: Exchange) -> None: ...
+    def insert_exchange(self, ex: Exchange) -> None:
+        """Store a new exchange row, and raise the user's sequence counter to at least its
+        ``seq`` (an imported memory continues after its highest; ``add_many`` allocates one
+        number per call and numbers the rest after it)."""
 
     @abstractmethod
     def update_exchange(self, ex: Exchange) -> None:
