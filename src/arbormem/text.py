@@ -77,14 +77,22 @@ def idf(df: int, n_docs: int) -> float:
 
 
 def top_terms(
-    counts: Mapping[str, int], df: Mapping[str, int], n_docs: int, k: int
+    counts: Mapping[str, int], df: Mapping[str, int], n_docs: int, k: int,
+    idfs: dict[str, float] | None = None,
 ) -> list[str]:
-    """The ``k`` terms of ``counts`` with the highest tf·idf (ties broken alphabetically)."""
-    scored = heapq.nsmallest(
-        k, counts.items(),
-        key=lambda kv: (-(1.0 + math.log(kv[1])) * idf(df.get(kv[0], 1), n_docs), kv[0]),
-    )
-    return [t for t, _ in scored]
+    """The ``k`` terms of ``counts`` with the highest tf·idf (ties broken alphabetically).
+
+    ``idfs`` keeps each term's idf across calls with the same ``df`` and ``n_docs``: a tree
+    flush ranks the counters of a hundred nodes sharing most of their terms, and computing the
+    idf per term per node was most of the ranking."""
+    memo = {} if idfs is None else idfs
+    scored = []
+    for t, c in counts.items():
+        w = memo.get(t)
+        if w is None:
+            w = memo[t] = idf(df.get(t, 1), n_docs)
+        scored.append((-(1.0 + math.log(c)) * w, t))
+    return [t for _, t in heapq.nsmallest(k, scored)]
 
 
 def sentences(text: str) -> list[str]:

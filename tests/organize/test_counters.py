@@ -4,13 +4,14 @@ stored counters, keywords and tree depend on it."""
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 
 import numpy as np
 
 from arbormem.organize.labels import phrase_counts, prune_phrases
-from arbormem.organize.tree import KEYWORDS, _keywords, balanced_groups
+from arbormem.organize.tree import KEYWORDS, balanced_groups
 from arbormem.text import idf, prune_counts, top_terms
 
 WORDS = [f"w{i:03d}" for i in range(400)] + ["half marathon", "kitchen renovation budget", "Lisbon"]
@@ -41,12 +42,18 @@ def test_prune_phrases_ranks_by_count_then_length_then_key() -> None:
         assert list(prune_phrases(d, 128).items()) == list(want.items())
 
 
-def test_flush_keywords_are_text_top_terms() -> None:
+def test_top_terms_with_a_shared_idf_memo_ranks_as_before() -> None:
+    # The reference: top_terms as it was, the idf computed per term per call.
+    def reference(counts: dict[str, int], df: dict[str, int], n_docs: int, k: int) -> list[str]:
+        return [t for t, _ in heapq.nsmallest(
+            k, counts.items(), key=lambda kv: (-(1.0 + math.log(kv[1])) * idf(df.get(kv[0], 1), n_docs), kv[0]))]
+
     rng = random.Random(5)
     idfs: dict[str, float] = {}  # shared across counters, as in one flush
     df = {w: rng.randint(1, 50) for w in WORDS if rng.random() < 0.8}
     for d in counters(200, seed=6):
-        assert _keywords(d, idfs, df, 60) == top_terms(d, df, 60, KEYWORDS)
+        assert top_terms(d, df, 60, KEYWORDS, idfs) == reference(d, df, 60, KEYWORDS)
+        assert top_terms(d, df, 60, KEYWORDS) == reference(d, df, 60, KEYWORDS)
     assert idfs and all(v == idf(df.get(t, 1), 60) for t, v in idfs.items())
 
 

@@ -23,7 +23,6 @@ it caches the nodes it reads and writes dirty ones (row, centroid, text index) o
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 import re
 import uuid
@@ -42,6 +41,7 @@ from ..text import (
     shorten,
     term_counts,
     terms,
+    top_terms,
 )
 from . import labels
 from .aliases import drop_aliases
@@ -827,7 +827,7 @@ class TreeSession:
             if node.kind == "root" or llm_labelled(node):
                 continue
             if node.kind == "topic" or node.id in due:
-                node.keywords = _keywords(node.terms, idfs, df, n_docs)
+                node.keywords = top_terms(node.terms, df, n_docs, KEYWORDS, idfs)
             if node.id in due:
                 before = node.title
                 node.title = self._title(node, df, n_docs)
@@ -956,19 +956,6 @@ def is_closing(user_text: str) -> bool:
     if not any(w in _CLOSING_KEYS for w in words):
         return False
     return sum(w not in _CLOSING_WORDS for w in words) <= 1
-
-
-def _keywords(counts: Mapping[str, int], idfs: dict[str, float], df: Mapping[str, int], n_docs: int) -> list[str]:
-    """``text.top_terms(counts, df, n_docs, KEYWORDS)`` with each term's idf taken from
-    ``idfs`` (filled as terms come): a flush ranks the counters of a hundred nodes sharing
-    most of their terms, and computing the idf per term per node was most of the ranking."""
-    scored = []
-    for t, c in counts.items():
-        w = idfs.get(t)
-        if w is None:
-            w = idfs[t] = idf(df.get(t, 1), n_docs)
-        scored.append((-(1.0 + math.log(c)) * w, t))
-    return [t for _, t in heapq.nsmallest(KEYWORDS, scored)]
 
 
 def _add_counts(acc: dict[str, int], counts: Mapping[str, int]) -> None:

@@ -71,8 +71,8 @@ COMMON_DF = 5_000
 #: log((N - n + 0.5) / (n + 0.5)) is below log 2 = 0.69 for n > N/3, against 5-7 for a word in
 #: a handful of exchanges), yet FTS5 scores every document holding it: on the LoCoMo-derived
 #: 10k bench memory, where each speaker's name is in ~46% of the exchanges, the exchange search
-#: took 7.7 ms CPU with the names and 5.5 ms without, the same top 50 hits for 99.4% of them
-#: (BENCHMARKS.md, "Recall p50, issue 22"). Memories of a few thousand exchanges (LoCoMo's
+#: took 7.7 ms CPU with the names and 5.5 ms without, its top 50 hits overlapping 99.4% on
+#: average (BENCHMARKS.md, "Recall, evening pass"). Memories of a few thousand exchanges (LoCoMo's
 #: conversations are ~600) rank exactly as before.
 COMMON_SHARE = 1 / 3
 COMMON_MIN_DF = 2_000
