@@ -125,31 +125,87 @@ def ranked_ids(scores: Mapping[str, float], exchanges: Mapping[str, Exchange | E
 
 def rank_candidates(cands: Mapping[str, Candidate],
                     exchanges: Mapping[str, Exchange | ExchangeHead]) -> list[Candidate]:
-    """Candidates best first, ties in conversation order."""
-    order = sorted([(-c.score, _seq(exchanges, i), n) for n, (i, c) in enumerate(cands.items())])
+    """Candidates best first, ties in conversation order (then in ``cands`` order)."""
     values = list(cands.values())
-    return [values[n] for _, _, n in order]
+    if not values:
+        return []
+    score = np.fromiter((c.score for c in values), dtype=np.float64, count=len(values))
+    seq = np.fromiter((_seq(exchanges, c.ex_id) for c in values), dtype=np.int64, count=len(values))
+    # lexsort is stable: equal (score, seq) keep their ``cands`` order, as the former
+    # (score, seq, position) tuples did.
+    return [values[n] for n in np.lexsort((seq, -score)).tolist()]
 
 
-@dataclass
 class Ranking:
-    """The exchange candidates of one query while the stages score them."""
+    """The exchange candidates of one query while the stages score them.
 
-    reader: ExchangeReader
-    fused: dict[str, float]
-    #: Which indexes and steps brought each candidate (shown in ``Hit.sources``).
-    sources: defaultdict[str, set[str]]
-    #: The fused score of an exchange found by neither index.
-    floor: float
-    #: Each read exchange's coverage share (0..1), for the relevance floor.
-    coverage: dict[str, float] = field(default_factory=dict)
+    The pool is held as arrays in the order candidates joined it (``ids``; ``pos`` maps an id
+    to its place): each stage adds to ``score`` with numpy over the whole pool (~350
+    exchanges) instead of walking dicts of them, the same float operations in the same order
+    per exchange, so the scores are bit for bit those of a loop. ``seq`` and ``session`` come from the heads read for the pool; ``known`` is False for an id
+    whose exchange is gone (no head), which ranks nowhere and is never a candidate."""
+
+    def __init__(self, reader: ExchangeReader, ids: list[str], score: np.ndarray,
+                 sources: defaultdict[str, set[str]], floor: float) -> None:
+        self.reader = reader
+        self.ids: list[str] = []
+        self.pos: dict[str, int] = {}
+        self.score = np.zeros(0, dtype=np.float64)
+        self.seq = np.zeros(0, dtype=np.int64)
+        self.session = np.zeros(0, dtype=object)
+        self.known = np.zeros(0, dtype=bool)
+        #: Which indexes and steps brought each candidate (shown in ``Hit.sources``).
+        self.sources = sources
+        #: The fused score of an exchange found by neither index.
+        self.floor = floor
+        #: Each read exchange's coverage share (0..1), for the relevance floor.
+        self.coverage: dict[str, float] = {}
+        self.add(ids, score)
 
     @property
     def exchanges(self) -> dict[str, Exchange | ExchangeHead]:
         return self.reader.rows
 
+    def add(self, ids: list[str], score: np.ndarray) -> None:
+        """Append new ids (not in the pool) with their scores; their heads are read already."""
+        if not ids:
+            return
+        rows = self.reader.rows
+        heads = [rows.get(i) for i in ids]
+        self.pos.update(zip(ids, range(len(self.ids), len(self.ids) + len(ids)), strict=True))
+        self.ids.extend(ids)
+        self.score = np.concatenate([self.score, score])
+        if any(h is None for h in heads):
+            known = [h is not None for h in heads]
+            seq = [h.seq if h is not None else 0 for h in heads]
+            session = [h.session_id if h is not None else None for h in heads]
+        else:
+            known = [True] * len(heads)
+            seq = [h.seq for h in heads]  # type: ignore[union-attr]
+            session = [h.session_id for h in heads]  # type: ignore[union-attr]
+        self.known = np.concatenate([self.known, np.array(known, dtype=bool)])
+        self.seq = np.concatenate([self.seq, np.array(seq, dtype=np.int64)])
+        # Session ids compared as objects (None too: a head without a session has None's
+        # neighbours, as the former (session, seq) keys had).
+        self.session = np.concatenate([self.session, np.array(session, dtype=object)])
+
     def order(self) -> list[str]:
-        return ranked_ids(self.fused, self.reader.rows)
+        """Ids best first, ties in conversation order, those with a known exchange (as
+        ``ranked_ids`` over the pool: a user's sequence numbers are unique, so the id never
+        decides; lexsort's float comparison orders exactly as Python's)."""
+        known = np.flatnonzero(self.known)
+        ranked = known[np.lexsort((self.seq[known], -self.score[known]))]
+        ids = self.ids
+        return [ids[n] for n in ranked.tolist()]
+
+    def places(self, ids: list[str]) -> np.ndarray:
+        """The pool places of ``ids`` (all in the pool)."""
+        pos = self.pos
+        return np.fromiter((pos[i] for i in ids), dtype=np.int64, count=len(ids))
+
+    def scores(self) -> dict[str, float]:
+        """Every pool id's score (a view for tests and debugging)."""
+        return dict(zip(self.ids, self.score.tolist(), strict=True))
 
 
 # -- the stages ------------------------------------------------------------------------------
@@ -178,16 +234,17 @@ def fuse(dense: list[tuple[str, float]], lex: list[tuple[str, float]], reader: E
     Reads the candidates' heads (seq, session, topic, time), all later stages need."""
     dz, dfloor = standardise(dense)
     lz, lfloor = standardise([(i, s) for i, s in lex if s > 0])
-    fused: dict[str, float] = {}
+    ids = list(dict.fromkeys([*dz, *lz]))
+    dget, lget = dz.get, lz.get
+    d = np.fromiter((dget(i, dfloor) for i in ids), dtype=np.float64, count=len(ids))
+    lx = np.fromiter((lget(i, lfloor) for i in ids), dtype=np.float64, count=len(ids))
     sources: defaultdict[str, set[str]] = defaultdict(set)
-    for i in dict.fromkeys([*dz, *lz]):
-        fused[i] = dz.get(i, dfloor) + w.lexical_weight * lz.get(i, lfloor)
-        if i in dz:
-            sources[i].add("dense")
-        if i in lz:
-            sources[i].add("lexical")
-    reader.heads(list(fused))
-    return Ranking(reader, fused, sources, dfloor + w.lexical_weight * lfloor)
+    for i in dz:
+        sources[i].add("dense")
+    for i in lz:
+        sources[i].add("lexical")
+    reader.heads(ids)
+    return Ranking(reader, ids, d + w.lexical_weight * lx, sources, dfloor + w.lexical_weight * lfloor)
 
 
 def lift_topics_and_time(r: Ranking, topic_norm: Mapping[str, float],
@@ -198,14 +255,25 @@ def lift_topics_and_time(r: Ranking, topic_norm: Mapping[str, float],
     the query's time window + ``dated_boost`` when the query names a day (the week up to it
     pins the exchange down), else + ``time_boost`` (a month or "last year" only narrows it)."""
     boost = w.dated_boost if names_day else w.time_boost
-    for i, ex in r.exchanges.items():
-        if i not in r.fused:
+    rows, pos = r.exchanges, r.pos
+    lifted: list[int] = []
+    relevance: list[float] = []
+    timed: list[int] = []
+    for i in r.ids:
+        ex = rows.get(i)
+        if ex is None:
             continue
         if ex.topic_id is not None and ex.topic_id in topic_norm:
-            r.fused[i] += w.topic_lift * topic_norm[ex.topic_id]
+            lifted.append(pos[i])
+            relevance.append(topic_norm[ex.topic_id])
         if time_range is not None and time_range[0] <= ex.user_at < time_range[1]:
-            r.fused[i] += boost
+            timed.append(pos[i])
             r.sources[i].add("time")
+    # (Places are unique, so each exchange gets each lift once, topic before time.)
+    if lifted:
+        r.score[lifted] += w.topic_lift * np.array(relevance, dtype=np.float64)
+    if timed:
+        r.score[timed] += boost
 
 
 def lift_exact(r: Ranking, terms: tuple[str, ...], w: RecallSettings, where: ExchangeFilter | None) -> None:
@@ -245,7 +313,11 @@ def lift_exact(r: Ranking, terms: tuple[str, ...], w: RecallSettings, where: Exc
         own = set(index_tokens(ex.user_text)) | set(index_tokens(ex.assistant_text))
         held = sum(1 for t in exact if tokens[t] and tokens[t] <= own)
         if held:
-            r.fused[i] = r.fused.get(i, r.floor) + w.exact_weight * held / len(exact)
+            n = r.pos.get(i)
+            if n is None:
+                r.add([i], np.array([r.floor + w.exact_weight * held / len(exact)], dtype=np.float64))
+            else:
+                r.score[n] = float(r.score[n]) + w.exact_weight * held / len(exact)
             r.sources[i].add("exact")
 
 
@@ -257,26 +329,38 @@ def add_neighbours(r: Ranking, w: RecallSettings, where: ExchangeFilter | None) 
     if w.neighbour_weight <= 0:
         return
     exchanges = r.exchanges
-    by_seq = {(ex.session_id, ex.seq): i for i, ex in exchanges.items()}
     strongest = r.order()[: w.neighbours]
-    want = sorted({exchanges[i].seq + d for i in strongest for d in (-1, 1)} - {s for (_, s) in by_seq})
+    # Every exchange read so far counts as present (a user's sequence numbers are unique),
+    # the pool's and any other read row (lift_exact reads some it does not lift).
+    read = {ex.seq for ex in exchanges.values()}
+    want = sorted({exchanges[i].seq + d for i in strongest for d in (-1, 1)} - read)
+    joined: list[str] = []
     for nb in r.reader.by_seq(want, where):
-        if (nb.session_id, nb.seq) in by_seq or nb.status != "completed" or nb.archived:
+        if nb.seq in read or nb.status != "completed" or nb.archived:
             continue
         exchanges[nb.id] = nb
-        r.fused[nb.id] = r.floor
-        by_seq[(nb.session_id, nb.seq)] = nb.id
+        read.add(nb.seq)
+        joined.append(nb.id)
         r.sources[nb.id].add("neighbour")
-    base = dict(r.fused)
-    floor, weight, fused = r.floor, w.neighbour_weight, r.fused
-    for i, s in base.items():
-        hit = exchanges.get(i)
-        if hit is None:
-            continue
-        sid, seq = hit.session_id, hit.seq
-        before, after = by_seq.get((sid, seq - 1)), by_seq.get((sid, seq + 1))
-        best = max(floor, base.get(before, floor) if before else floor, base.get(after, floor) if after else floor)
-        fused[i] = s + weight * best
+    r.add(joined, np.full(len(joined), r.floor, dtype=np.float64))
+    # Each known exchange's neighbours at seq - 1 and seq + 1 in the same session: those in
+    # the pool lend their score, any other (read, not a candidate, or unread) the floor.
+    base, floor = r.score, r.floor
+    known = np.flatnonzero(r.known)
+    if not known.size:
+        return
+    by_seq = known[np.argsort(r.seq[known], kind="stable")]
+    seqs = r.seq[by_seq]
+
+    def neighbour(d: int) -> np.ndarray:
+        want_seq = r.seq + d
+        at = np.minimum(np.searchsorted(seqs, want_seq), len(seqs) - 1)
+        n = by_seq[at]
+        hit = r.known & (seqs[at] == want_seq) & (r.session[n] == r.session)
+        return np.where(hit, base[n], floor)
+
+    best = np.maximum(np.maximum(floor, neighbour(-1)), neighbour(1))
+    r.score = np.where(r.known, base + w.neighbour_weight * best, base)
 
 
 def lift_coverage(r: Ranking, terms: tuple[str, ...], w: RecallSettings) -> None:
@@ -294,10 +378,13 @@ def lift_coverage(r: Ranking, terms: tuple[str, ...], w: RecallSettings) -> None
     want = set(index_tokens(" ".join(terms)))
     if not want:
         return
-    for i, (user, assistant) in r.reader.texts(r.order()[: w.coverage_depth]).items():
+    read = r.reader.texts(r.order()[: w.coverage_depth])
+    shares = []
+    for user, assistant in read.values():
         best = max(len(want.intersection(token_set(user))), len(want.intersection(token_set(assistant))))
-        r.coverage[i] = best / len(want)
-        r.fused[i] += w.coverage_weight * r.coverage[i]
+        shares.append(best / len(want))
+    r.coverage.update(zip(read, shares, strict=True))
+    r.score[r.places(list(read))] += w.coverage_weight * np.array(shares, dtype=np.float64)
 
 
 def feedback(r: Ranking, terms: tuple[str, ...], n_docs: int, w: RecallSettings) -> None:
@@ -351,12 +438,13 @@ def feedback(r: Ranking, terms: tuple[str, ...], n_docs: int, w: RecallSettings)
     # Standardised over the whole re-scored tail (exchanges holding no expansion term
     # included), so the lift measures how far an exchange stands out from that tail.
     z, floor = standardise(scored)
-    lift = {i: w.feedback_weight * (v - floor) for i, v in z.items()}
-    top = max(lift.values(), default=0.0)
-    for i in head:  # a uniform shift: the head keeps its order, and stays ahead of the tail
-        r.fused[i] += top
-    for i, v in lift.items():
-        r.fused[i] += v
+    lifted = list(z)
+    lift = w.feedback_weight * (np.fromiter((z[i] for i in lifted), dtype=np.float64, count=len(lifted)) - floor)
+    top = float(lift.max()) if lifted else 0.0
+    # a uniform shift: the head keeps its order, and stays ahead of the tail
+    r.score[r.places(head)] += top
+    r.score[r.places(lifted)] += lift
+    for i, v in zip(lifted, lift.tolist(), strict=True):
         if v > 0:
             r.sources[i].add("feedback")
 
@@ -367,18 +455,18 @@ def candidates(r: Ranking, dense: list[tuple[str, float]], k: int, w: RecallSett
     the pair alone, so relevance compares across queries and memory sizes (unlike BM25 or
     fused z-scores); the relevance floor reads it."""
     # Shift to positive scores (later steps, e.g. the LLM planner, lift multiplicatively).
-    low = min(r.fused.values(), default=0.0)
+    low = float(r.score.min()) if r.ids else 0.0
     cosine = dict(dense)
     # An exchange outside the dense top-k is no closer than the k-th one (an upper bound;
     # a shorter list held every vector the search admitted).
     unseen = dense[-1][1] if len(dense) >= k else 0.0
+    rows, sources, coverage, rc = r.exchanges, r.sources, r.coverage, w.relevance_coverage
     out = {}
-    for i, s in r.fused.items():
-        ex = r.exchanges.get(i)
+    for i, s in zip(r.ids, ((r.score - low) + 0.01).tolist(), strict=True):
+        ex = rows.get(i)
         if ex is None or ex.status != "completed" or ex.archived:
             continue
-        out[i] = Candidate(i, s - low + 0.01, r.sources[i],
-                           cosine.get(i, unseen) + w.relevance_coverage * r.coverage.get(i, 0.0))
+        out[i] = Candidate(i, s, sources[i], cosine.get(i, unseen) + rc * coverage.get(i, 0.0))
     return out
 
 
