@@ -24,7 +24,10 @@ from .topics import TopicPaths
 
 #: A packet header ("## A › B (2024-03-02)") is ~8-12 tokens.
 HEADER_COST = 10
-#: Whole exchanges are read in batches down the ranking, only as far as packing gets.
+#: Whole exchanges are read in batches down the ranking, only as far as packing gets: the
+#: first pass reads FETCH_BATCH at a time, a refill ``MISFITS`` (it examines at most that many
+#: past what the first pass read before it stops: the budget is nearly full by then, and
+#: 32-row batches read ~16 whole exchanges per recall that no pass looked at).
 FETCH_BATCH = 32
 #: A pass stops after this many candidates in a row that do not fit (or when fewer than
 #: ``ROOM_LEFT`` tokens are left): the tail of the ranking is neither fetched nor counted.
@@ -64,6 +67,7 @@ class Packer:
         self.cap_per_topic = max(1, int(budget * settings.topic_share))
         self.ranked = rank_candidates(cands, reader.rows)
         self.render_ms = 0.0
+        self.batch = FETCH_BATCH
 
     def block(self, ex: Exchange, ranked: bool = False) -> str:
         """The exchange as the context shows it (rendered and counted once)."""
@@ -115,7 +119,7 @@ class Packer:
             if c.ex_id in self.recent_ids or c.ex_id in self.chosen_ids:
                 continue
             if c.ex_id not in full:
-                full.update(self.reader.full([x.ex_id for x in self.ranked[pos : pos + FETCH_BATCH]]))
+                full.update(self.reader.full([x.ex_id for x in self.ranked[pos : pos + self.batch]]))
             ex = full.get(c.ex_id)
             if ex is None:  # deleted meanwhile
                 continue
@@ -135,6 +139,7 @@ class Packer:
             self.chosen.append(ex)
             self.chosen_ids.add(ex.id)
             added = True
+        self.batch = MISFITS
         return added
 
     def rendered(self, recent: list[Exchange]) -> tuple[str, int]:
