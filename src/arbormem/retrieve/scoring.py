@@ -46,6 +46,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 
 import numpy as np
 
@@ -136,14 +137,19 @@ def rank_candidates(cands: Mapping[str, Candidate],
     return [values[n] for n in np.lexsort((seq, -score)).tolist()]
 
 
+_SEQ = attrgetter("seq")
+_SESSION = attrgetter("session_id")
+
+
 class Ranking:
     """The exchange candidates of one query while the stages score them.
 
     The pool is held as arrays in the order candidates joined it (``ids``; ``pos`` maps an id
     to its place): each stage adds to ``score`` with numpy over the whole pool (~350
     exchanges) instead of walking dicts of them, the same float operations in the same order
-    per exchange, so the scores are bit for bit those of a loop. ``seq`` and ``session`` come from the heads read for the pool; ``known`` is False for an id
-    whose exchange is gone (no head), which ranks nowhere and is never a candidate."""
+    per exchange, so the scores are bit for bit those of a loop. ``seq`` and ``session`` come
+    from the heads read for the pool; ``known`` is False for an id whose exchange is gone (no
+    head), which ranks nowhere and is never a candidate."""
 
     def __init__(self, reader: ExchangeReader, ids: list[str], score: np.ndarray,
                  sources: defaultdict[str, set[str]], floor: float) -> None:
@@ -172,22 +178,25 @@ class Ranking:
             return
         rows = self.reader.rows
         heads = [rows.get(i) for i in ids]
+        if any(h is None for h in heads):
+            known = np.array([h is not None for h in heads], dtype=bool)
+            seq = np.array([h.seq if h is not None else 0 for h in heads], dtype=np.int64)
+            session = np.array([h.session_id if h is not None else None for h in heads], dtype=object)
+        else:
+            known = np.ones(len(heads), dtype=bool)
+            seq = np.fromiter(map(_SEQ, heads), dtype=np.int64, count=len(heads))
+            # Session ids compared as objects (None too: exchanges without a session are
+            # each other's neighbours, as the former (session, seq) keys had them).
+            session = np.array(list(map(_SESSION, heads)), dtype=object)
+        if self.ids:
+            self.score = np.concatenate([self.score, score])
+            self.known = np.concatenate([self.known, known])
+            self.seq = np.concatenate([self.seq, seq])
+            self.session = np.concatenate([self.session, session])
+        else:
+            self.score, self.known, self.seq, self.session = score, known, seq, session
         self.pos.update(zip(ids, range(len(self.ids), len(self.ids) + len(ids)), strict=True))
         self.ids.extend(ids)
-        self.score = np.concatenate([self.score, score])
-        if any(h is None for h in heads):
-            known = [h is not None for h in heads]
-            seq = [h.seq if h is not None else 0 for h in heads]
-            session = [h.session_id if h is not None else None for h in heads]
-        else:
-            known = [True] * len(heads)
-            seq = [h.seq for h in heads]  # type: ignore[union-attr]
-            session = [h.session_id for h in heads]  # type: ignore[union-attr]
-        self.known = np.concatenate([self.known, np.array(known, dtype=bool)])
-        self.seq = np.concatenate([self.seq, np.array(seq, dtype=np.int64)])
-        # Session ids compared as objects (None too: a head without a session has None's
-        # neighbours, as the former (session, seq) keys had).
-        self.session = np.concatenate([self.session, np.array(session, dtype=object)])
 
     def order(self) -> list[str]:
         """Ids best first, ties in conversation order, those with a known exchange (as
@@ -238,9 +247,7 @@ def fuse(dense: list[tuple[str, float]], lex: list[tuple[str, float]], reader: E
     dget, lget = dz.get, lz.get
     d = np.fromiter((dget(i, dfloor) for i in ids), dtype=np.float64, count=len(ids))
     lx = np.fromiter((lget(i, lfloor) for i in ids), dtype=np.float64, count=len(ids))
-    sources: defaultdict[str, set[str]] = defaultdict(set)
-    for i in dz:
-        sources[i].add("dense")
+    sources: defaultdict[str, set[str]] = defaultdict(set, {i: {"dense"} for i in dz})
     for i in lz:
         sources[i].add("lexical")
     reader.heads(ids)
