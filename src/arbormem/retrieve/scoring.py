@@ -131,7 +131,7 @@ def rank_candidates(cands: Mapping[str, Candidate],
     if not values:
         return []
     score = np.fromiter((c.score for c in values), dtype=np.float64, count=len(values))
-    seq = np.fromiter((_seq(exchanges, c.ex_id) for c in values), dtype=np.int64, count=len(values))
+    seq = np.fromiter((_seq(exchanges, i) for i in cands), dtype=np.int64, count=len(values))
     # lexsort is stable: equal (score, seq) keep their ``cands`` order, as the former
     # (score, seq, position) tuples did.
     return [values[n] for n in np.lexsort((seq, -score)).tolist()]
