@@ -262,19 +262,19 @@ def lift_topics_and_time(r: Ranking, topic_norm: Mapping[str, float],
     the query's time window + ``dated_boost`` when the query names a day (the week up to it
     pins the exchange down), else + ``time_boost`` (a month or "last year" only narrows it)."""
     boost = w.dated_boost if names_day else w.time_boost
-    rows, pos = r.exchanges, r.pos
+    rows = r.exchanges
     lifted: list[int] = []
     relevance: list[float] = []
     timed: list[int] = []
-    for i in r.ids:
+    for n, i in enumerate(r.ids):  # (n: the pool place of i)
         ex = rows.get(i)
         if ex is None:
             continue
         if ex.topic_id is not None and ex.topic_id in topic_norm:
-            lifted.append(pos[i])
+            lifted.append(n)
             relevance.append(topic_norm[ex.topic_id])
         if time_range is not None and time_range[0] <= ex.user_at < time_range[1]:
-            timed.append(pos[i])
+            timed.append(n)
             r.sources[i].add("time")
     # (Places are unique, so each exchange gets each lift once, topic before time.)
     if lifted:
