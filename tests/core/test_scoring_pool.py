@@ -1,7 +1,9 @@
 """The ranking stages score the candidate pool as arrays (retrieve/scoring.py, ``Ranking``):
 pinned here against the former implementation, which walked dicts of candidates stage by
-stage (kept below as the reference), on a real SQLite memory. Every candidate's score,
-relevance and sources, and the candidates' order, must be bit for bit the same."""
+stage (kept below as the reference), on a real SQLite memory. What two stages find before
+they score (``exact_hits``, ``feedback_scores``) is shared: the rewrite left it as it was.
+Every candidate's score, relevance and sources, and the candidates' order, must be bit for
+bit the same."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from arbormem.retrieve.query import analyse
 from arbormem.retrieve.reader import ExchangeReader, token_set
 from arbormem.retrieve.scoring import Candidate, standardise
 from arbormem.store.base import ExchangeFilter, ExchangeHead
-from arbormem.text import identifier_like, idf, index_tokens
+from arbormem.text import index_tokens
 from tests.conftest import chat
 
 # -- the former dict-based stages (the reference) --------------------------------------------
@@ -89,30 +91,9 @@ def _ref_lift_topics_and_time(r, topic_norm, time_range, names_day, w):  # type:
 
 
 def _ref_lift_exact(r, terms, w, where):  # type: ignore[no-untyped-def]
-    if w.exact_weight <= 0 or not terms:
-        return
-    asked = [t for t in dict.fromkeys(terms) if w.exact_max_df > 0 or identifier_like(t)]
-    if not asked:
-        return
-    store, user_id = r.reader.store, r.reader.user_id
-    df = store.get_term_df(user_id, asked)
-    exact = [t for t in asked if 0 < df.get(t, 0)
-             and df[t] <= (w.exact_max_hits if identifier_like(t) else w.exact_max_df)]
-    if not exact:
-        return
-    tokens = {t: set(index_tokens(t)) for t in exact}
-    found = store.text_search(user_id, "exchange", sorted(set().union(*tokens.values())),
-                              2 * w.exact_max_hits + 2, where)
-    ids = [i for i, _ in found]
-    r.reader.heads(ids)
-    for i, ex in r.reader.full(ids).items():
-        if ex.status != "completed" or ex.archived:
-            continue
-        own = set(index_tokens(ex.user_text)) | set(index_tokens(ex.assistant_text))
-        held = sum(1 for t in exact if tokens[t] and tokens[t] <= own)
-        if held:
-            r.fused[i] = r.fused.get(i, r.floor) + w.exact_weight * held / len(exact)
-            r.sources[i].add("exact")
+    for i, lift in scoring.exact_hits(r.reader, terms, w, where):
+        r.fused[i] = r.fused.get(i, r.floor) + lift
+        r.sources[i].add("exact")
 
 
 def _ref_add_neighbours(r, w, where):  # type: ignore[no-untyped-def]
@@ -152,38 +133,10 @@ def _ref_lift_coverage(r, terms, w):  # type: ignore[no-untyped-def]
 
 
 def _ref_feedback(r, terms, n_docs, w):  # type: ignore[no-untyped-def]
-    if w.feedback_weight <= 0 or not terms:
+    scored = scoring.feedback_scores(r.reader, r.order, terms, n_docs, w)
+    if scored is None:
         return
-    order = r.order()
-    head = order[: w.feedback_keep]
-    tail = order[w.feedback_keep : w.feedback_keep + w.feedback_depth]
-    if not tail:
-        return
-    docs = r.reader.texts(order[: w.feedback_docs])
-    asked = set(terms)
-    weight: dict[str, float] = defaultdict(float)
-    for i in docs:
-        counts = r.reader.term_counts(i)
-        size = sum(counts.values()) or 1
-        for t, n in counts.items():
-            if t not in asked:
-                weight[t] += n / size
-    if not weight:
-        return
-    df = r.reader.store.get_term_df(r.reader.user_id, list(weight))
-    expansion = {t: idf(df[t], n_docs) for t in weight if df.get(t, 0) >= 2}
-    expansion = dict(sorted(expansion.items(), key=lambda kv: (-weight[kv[0]] * kv[1], kv[0]))
-                     [: w.feedback_terms])
-    if not expansion:
-        return
-    texts = {i: r.reader.term_counts(i) for i in r.reader.texts(tail)}
-    lengths = {i: sum(c.values()) for i, c in texts.items()}
-    avg = max(1.0, sum(lengths.values()) / max(1, len(lengths)))
-    scored: list[tuple[str, float]] = []
-    for i, c in texts.items():
-        norm = 1.2 * (0.25 + 0.75 * lengths[i] / avg)
-        scored.append((i, sum(x * c[t] * 2.2 / (c[t] + norm) for t, x in expansion.items() if t in c)))
-    z, floor = standardise(scored)
+    head, z, floor = scored
     lift = {i: w.feedback_weight * (v - floor) for i, v in z.items()}
     top = max(lift.values(), default=0.0)
     for i in head:

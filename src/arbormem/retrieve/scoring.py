@@ -297,35 +297,45 @@ def lift_exact(r: Ranking, terms: tuple[str, ...], w: RecallSettings, where: Exc
     were not among them. Identifier-like terms count when they are in at most
     ``exact_max_hits`` exchanges, other words when in at most ``exact_max_df``.
     """
+    for i, lift in exact_hits(r.reader, terms, w, where):
+        n = r.pos.get(i)
+        if n is None:
+            r.add([i], np.array([r.floor + lift], dtype=np.float64))
+        else:
+            r.score[n] = float(r.score[n]) + lift
+        r.sources[i].add("exact")
+
+
+def exact_hits(reader: ExchangeReader, terms: tuple[str, ...], w: RecallSettings,
+               where: ExchangeFilter | None) -> list[tuple[str, float]]:
+    """``lift_exact``'s finding: each live exchange whose own messages hold some of the
+    query's exact terms, with its lift (``exact_weight`` x the share of them it holds)."""
     if w.exact_weight <= 0 or not terms:
-        return
+        return []
     # Without rare words in play, a query with no identifier costs nothing here.
     asked = [t for t in dict.fromkeys(terms) if w.exact_max_df > 0 or identifier_like(t)]
     if not asked:
-        return
-    store, user_id = r.reader.store, r.reader.user_id
+        return []
+    store, user_id = reader.store, reader.user_id
     df = store.get_term_df(user_id, asked)
     exact = [t for t in asked if 0 < df.get(t, 0)
              and df[t] <= (w.exact_max_hits if identifier_like(t) else w.exact_max_df)]
     if not exact:
-        return
+        return []
     tokens = {t: set(index_tokens(t)) for t in exact}
     found = store.text_search(user_id, "exchange", sorted(set().union(*tokens.values())),
                               2 * w.exact_max_hits + 2, where)
     ids = [i for i, _ in found]
-    r.reader.heads(ids)
-    for i, ex in r.reader.full(ids).items():
+    reader.heads(ids)
+    out = []
+    for i, ex in reader.full(ids).items():
         if ex.status != "completed" or ex.archived:
             continue
         own = set(index_tokens(ex.user_text)) | set(index_tokens(ex.assistant_text))
         held = sum(1 for t in exact if tokens[t] and tokens[t] <= own)
         if held:
-            n = r.pos.get(i)
-            if n is None:
-                r.add([i], np.array([r.floor + w.exact_weight * held / len(exact)], dtype=np.float64))
-            else:
-                r.score[n] = float(r.score[n]) + w.exact_weight * held / len(exact)
-            r.sources[i].add("exact")
+            out.append((i, w.exact_weight * held / len(exact)))
+    return out
 
 
 def add_neighbours(r: Ranking, w: RecallSettings, where: ExchangeFilter | None) -> None:
@@ -410,41 +420,10 @@ def feedback(r: Ranking, terms: tuple[str, ...], n_docs: int, w: RecallSettings)
     query: twenty OR-ed terms made the index score every exchange holding any of them
     (+22 ms at 10k exchanges), and only the tail is re-ordered anyway.
     """
-    if w.feedback_weight <= 0 or not terms:
+    scored = feedback_scores(r.reader, r.order, terms, n_docs, w)
+    if scored is None:
         return
-    order = r.order()
-    head = order[: w.feedback_keep]
-    tail = order[w.feedback_keep : w.feedback_keep + w.feedback_depth]
-    if not tail:
-        return
-    docs = r.reader.texts(order[: w.feedback_docs])
-    asked = set(terms)
-    weight: dict[str, float] = defaultdict(float)
-    for i in docs:
-        counts = r.reader.term_counts(i)
-        size = sum(counts.values()) or 1
-        for t, n in counts.items():
-            if t not in asked:
-                weight[t] += n / size
-    if not weight:
-        return
-    df = r.reader.store.get_term_df(r.reader.user_id, list(weight))
-    # A term in one exchange only cannot lead anywhere new (that one is already in hand).
-    expansion = {t: idf(df[t], n_docs) for t in weight if df.get(t, 0) >= 2}
-    expansion = dict(sorted(expansion.items(), key=lambda kv: (-weight[kv[0]] * kv[1], kv[0]))
-                     [: w.feedback_terms])
-    if not expansion:
-        return
-    texts = {i: r.reader.term_counts(i) for i in r.reader.texts(tail)}
-    lengths = {i: sum(c.values()) for i, c in texts.items()}
-    avg = max(1.0, sum(lengths.values()) / max(1, len(lengths)))
-    scored: list[tuple[str, float]] = []
-    for i, c in texts.items():  # BM25, k1 = 1.2, b = 0.75
-        norm = 1.2 * (0.25 + 0.75 * lengths[i] / avg)
-        scored.append((i, sum(x * c[t] * 2.2 / (c[t] + norm) for t, x in expansion.items() if t in c)))
-    # Standardised over the whole re-scored tail (exchanges holding no expansion term
-    # included), so the lift measures how far an exchange stands out from that tail.
-    z, floor = standardise(scored)
+    head, z, floor = scored
     lifted = list(z)
     lift = w.feedback_weight * (np.fromiter((z[i] for i in lifted), dtype=np.float64, count=len(lifted)) - floor)
     top = float(lift.max()) if lifted else 0.0
@@ -454,6 +433,49 @@ def feedback(r: Ranking, terms: tuple[str, ...], n_docs: int, w: RecallSettings)
     for i, v in zip(lifted, lift.tolist(), strict=True):
         if v > 0:
             r.sources[i].add("feedback")
+
+
+def feedback_scores(reader: ExchangeReader, ranked: Callable[[], list[str]], terms: tuple[str, ...],
+                    n_docs: int, w: RecallSettings) -> tuple[list[str], dict[str, float], float] | None:
+    """``feedback``'s scoring over the ranking (``ranked``, called only when feedback
+    applies): the head that keeps its places, and the tail's standardised BM25 scores of the
+    expansion terms with their floor (None: no feedback for this query)."""
+    if w.feedback_weight <= 0 or not terms:
+        return None
+    order = ranked()
+    head = order[: w.feedback_keep]
+    tail = order[w.feedback_keep : w.feedback_keep + w.feedback_depth]
+    if not tail:
+        return None
+    docs = reader.texts(order[: w.feedback_docs])
+    asked = set(terms)
+    weight: dict[str, float] = defaultdict(float)
+    for i in docs:
+        counts = reader.term_counts(i)
+        size = sum(counts.values()) or 1
+        for t, n in counts.items():
+            if t not in asked:
+                weight[t] += n / size
+    if not weight:
+        return None
+    df = reader.store.get_term_df(reader.user_id, list(weight))
+    # A term in one exchange only cannot lead anywhere new (that one is already in hand).
+    expansion = {t: idf(df[t], n_docs) for t in weight if df.get(t, 0) >= 2}
+    expansion = dict(sorted(expansion.items(), key=lambda kv: (-weight[kv[0]] * kv[1], kv[0]))
+                     [: w.feedback_terms])
+    if not expansion:
+        return None
+    texts = {i: reader.term_counts(i) for i in reader.texts(tail)}
+    lengths = {i: sum(c.values()) for i, c in texts.items()}
+    avg = max(1.0, sum(lengths.values()) / max(1, len(lengths)))
+    scored: list[tuple[str, float]] = []
+    for i, c in texts.items():  # BM25, k1 = 1.2, b = 0.75
+        norm = 1.2 * (0.25 + 0.75 * lengths[i] / avg)
+        scored.append((i, sum(x * c[t] * 2.2 / (c[t] + norm) for t, x in expansion.items() if t in c)))
+    # Standardised over the whole re-scored tail (exchanges holding no expansion term
+    # included), so the lift measures how far an exchange stands out from that tail.
+    z, floor = standardise(scored)
+    return head, z, floor
 
 
 def candidates(r: Ranking, dense: list[tuple[str, float]], k: int, w: RecallSettings) -> dict[str, Candidate]:
