@@ -98,8 +98,10 @@ class BenchResult(Serializable):
     background_ratio: float = 0.0
     #: p50 of one begin+complete call in background mode (the host app's wait), ms.
     background_ms_p50: float = 0.0
-    #: Raw batch embedding of the one-by-one texts, measured round by round between the two
-    #: one-by-one runs (a check that the machine's pace did not change since the bulk phase).
+    #: Raw embedding of the one-by-one texts, measured round by round beside the two
+    #: one-by-one runs, in the groups background placement embeds them in (by length when the
+    #: embedder pads batches, ``backlog.length_groups``): ``background_per_s`` over this is
+    #: background ingest against embedding the same texts the same way.
     singles_raw_per_s: float = 0.0
 
 
@@ -299,6 +301,7 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
     """Run one size: raw embedding, bulk ingest, one-by-one ingest, recall latency, disk."""
     from tqdm import tqdm
 
+    from ..backlog import length_groups
     from ..config import Settings
     from ..embed import make_embedder
     from ..memory import Memory
@@ -375,8 +378,12 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
                     for r0 in tqdm(range(0, len(singles), per_round), desc=f"{desc}: begin/complete",
                                    disable=not cfg.progress, leave=False):
                         part = singles[r0 : r0 + per_round]
+                        part_texts = [_item_text(it) for it in part]
+                        groups = (length_groups([len(t) for t in part_texts])
+                                  if getattr(emb, "pads_batches", False) else [list(range(len(part)))])
                         t0 = time.perf_counter()
-                        emb.embed([_item_text(it) for it in part])
+                        for g in groups:
+                            emb.embed([part_texts[i] for i in g])
                         single_raw_s += time.perf_counter() - t0
                         t0 = time.perf_counter()
                         single_ms += _one_by_one(mem, part)
