@@ -31,6 +31,7 @@ import logging
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -93,6 +94,7 @@ class Backlog:
         self._thread: threading.Thread | None = None
         self._closing = False
         self._stopped = False
+        self._pool: ThreadPoolExecutor | None = None  # the embedding thread, made on first use
 
     # -- producers --------------------------------------------------------------------------------
     def queued(self, user_id: str) -> None:
@@ -121,7 +123,7 @@ class Backlog:
         if not self._place_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
             raise StateError(f"the queued exchanges of {user_id!r} were not placed within {timeout} s")
         try:
-            while self._drain_batch(user_id):
+            while self._drain(user_id):
                 pass
         finally:
             self._place_lock.release()
@@ -131,9 +133,11 @@ class Backlog:
         with self._state:
             return [u for u, n in self._queued.items() if self._clean.get(u, -1) != n]
 
-    def _drain_batch(self, user_id: str) -> bool:
-        """Place the user's next batch (call holding ``_place_lock``); False when the queue
-        was empty."""
+    def _drain(self, user_id: str, max_batches: int | None = None) -> bool:
+        """Place the user's queue batch by batch (call holding ``_place_lock``), at most
+        ``max_batches``; the next batch is embedded on the embedding thread while this one is
+        placed (the model works outside the GIL, placement inside it: on two cores they
+        overlap). False when the queue was found empty, True when it may hold more."""
         with self._state:
             seen = self._queued.get(user_id, 0)
         batch = self.store.unplaced(user_id, self.batch)
@@ -142,34 +146,70 @@ class Backlog:
                 # Every completion counted in ``seen`` committed before the query above.
                 self._clean[user_id] = max(seen, self._clean.get(user_id, -1))
             return False
-        self._place(user_id, batch)
+        pool = self._embedding_pool()
+        fut: Future[list[np.ndarray]] | None = pool.submit(self._embed, [e.text for e in batch])
+        done = 0
+        try:
+            while fut is not None:
+                try:
+                    vecs = fut.result()
+                except Exception as exc:
+                    self._failed(user_id, batch, exc)
+                    raise
+                done += 1
+                nxt = [] if max_batches is not None and done >= max_batches else \
+                    self.store.unplaced(user_id, self.batch, after_seq=batch[-1].seq)
+                fut = pool.submit(self._embed, [e.text for e in nxt]) if nxt else None
+                self._place(user_id, batch, vecs)
+                batch = nxt
+        finally:
+            if fut is not None:
+                fut.cancel()  # a placement failed: the next batch's vectors are not used
         return True
 
-    def _place(self, user_id: str, batch: list[Exchange]) -> None:
-        """Embed ``batch`` (seq order) with no lock held, then place in one transaction those
-        still queued. Any failure is recorded and raised; nothing of the batch is placed."""
+    def _embedding_pool(self) -> ThreadPoolExecutor:
+        with self._state:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arbormem-embed")
+            return self._pool
+
+    def _failed(self, user_id: str, batch: list[Exchange], exc: BaseException) -> None:
+        failure = PlacementFailure(user_id, tuple(e.id for e in batch), f"{type(exc).__name__}: {exc}",
+                                   datetime.now(timezone.utc))
+        self.failures.append(failure)
+        log.warning("placing %d queued exchange(s) of %r failed (they stay queued): %s",
+                    len(batch), user_id, failure.error)
+
+    def _place(self, user_id: str, batch: list[Exchange], vecs: list[np.ndarray]) -> None:
+        """Place in one transaction those of ``batch`` (seq order, embedded as ``vecs``) still
+        queued. Any failure is recorded and raised; nothing of the batch is placed then."""
         try:
-            vecs = self._embed([e.text for e in batch])
+            # Bound only now, after the embedder answered (ingest.py: a failing embedder leaves
+            # a fresh memory unbound).
+            self.writer.check_embedder()
             ids = [e.id for e in batch]
             with self.store.transaction(user_id):
                 # Re-read under the user's write lock: another process (or a repair) may have
                 # placed or deleted some since the batch was read.
                 now = {e.id: e for e in self.store.get_exchanges(user_id, ids)}
                 placed = self.store.get_vectors(user_id, "exchange", ids)
-                todo = [(now[e.id], v) for e, v in zip(batch, vecs, strict=True)
-                        if e.id in now and e.id not in placed and now[e.id].status == "completed"
-                        and now[e.id].topic_id is None]
+                queued = [e for e in batch if e.id in now and now[e.id].status == "completed"
+                          and now[e.id].topic_id is None]
+                # A vector without a topic is no state this code leaves (damage, or a writer
+                # around the store): never placed over, and reported instead of looped on.
+                damaged = [e.id for e in queued if e.id in placed]
+                ok = {e.id for e in queued if e.id not in placed}
+                todo = [(now[e.id], v) for e, v in zip(batch, vecs, strict=True) if e.id in ok]
                 if todo:
                     unit = self.writer.unit(user_id)
                     for ex, vec in todo:
                         unit.add(ex, vec, update=True)
                     unit.finish()
+            if damaged:
+                raise StateError(f"{len(damaged)} completed exchange(s) of {user_id!r} have a vector but no "
+                                 f"topic (e.g. {damaged[0]}); run `arbormem check --repair`")
         except Exception as exc:
-            failure = PlacementFailure(user_id, tuple(e.id for e in batch), f"{type(exc).__name__}: {exc}",
-                                       datetime.now(timezone.utc))
-            self.failures.append(failure)
-            log.warning("placing %d queued exchange(s) of %r failed (they stay queued): %s",
-                        len(batch), user_id, failure.error)
+            self._failed(user_id, batch, exc)
             raise
 
     def _embed(self, texts: list[str]) -> list[np.ndarray]:
@@ -177,11 +217,12 @@ class Backlog:
         similar length (``length_groups``): a batch is whatever the queue held, unsorted, and
         one long text padded the whole of it (LoCoMo-derived texts: 15 texts/s for batches of
         64 as they came, 44/s grouped, 33/s one by one; BENCHMARKS.md)."""
-        if not getattr(self.writer.embedder, "pads_batches", False):
-            return self.writer.embed(texts)
+        embedder = self.writer.embedder
+        if not embedder.pads_batches:
+            return list(embedder.embed(texts))
         out: list[np.ndarray] = [np.empty(0)] * len(texts)
         for group in length_groups([len(t) for t in texts]):
-            for i, vec in zip(group, self.writer.embed([texts[i] for i in group]), strict=True):
+            for i, vec in zip(group, embedder.embed([texts[i] for i in group]), strict=True):
                 out[i] = vec
         return out
 
@@ -199,8 +240,9 @@ class Backlog:
                 if self._stopped:
                     return
                 try:
-                    more = self._drain_batch(user_id)
-                except Exception:  # recorded and logged by _place; retried on the next signal
+                    # A few batches per turn, then the lock is free for a waiting reader.
+                    more = self._drain(user_id, max_batches=4)
+                except Exception:  # recorded and logged; retried on the next signal
                     continue
             if more:
                 with self._state:
@@ -214,6 +256,7 @@ class Backlog:
             thread = self._thread
             self._state.notify_all()
         if thread is None:
+            self._shutdown_pool()
             return
         deadline = time.monotonic() + self.close_timeout
         thread.join(max(0.0, deadline - time.monotonic()))
@@ -226,6 +269,13 @@ class Backlog:
             # the store is not closed under its transaction.
             with self._place_lock:
                 pass
+        self._shutdown_pool()
+
+    def _shutdown_pool(self) -> None:
+        with self._state:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 __all__ = ["Backlog", "PlacementFailure", "length_groups"]

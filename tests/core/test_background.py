@@ -223,3 +223,23 @@ def test_postgres_background(pg_database: str) -> None:
         assert sum(t.size for t in tree.children) == 24
         assert all(m.get(i).topic_id for i in ids)
         assert m.store.unplaced("u", 10) == []
+
+
+def test_a_vector_without_a_topic_is_reported_not_placed_over(db_path: Path) -> None:
+    """Damage (a vector written around the write path) is never placed over or looped on."""
+    from arbormem.errors import StateError
+
+    emb = FlakyEmbedder(fail_on={1})
+    with Memory(db_path, embedder=emb, settings=BACKGROUND) as m:
+        x = m.begin("ferry times to the island", user_id="u")
+        m.complete(x.id, "the 9:40 boat")
+        deadline = time.monotonic() + 10
+        while not m.placement_errors and time.monotonic() < deadline:
+            time.sleep(0.01)
+        m.store.put_vectors("u", "exchange", [x.id], HashEmbedder().embed(["damage"]))
+        with pytest.raises(StateError, match="check --repair"):
+            m.flush("u")
+        assert m.get(x.id).topic_id is None
+        assert not check(m).ok
+        assert check(m, repair=True).ok
+        assert m.get(x.id).topic_id is not None
