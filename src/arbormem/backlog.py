@@ -120,7 +120,9 @@ class Backlog:
             with self._state:
                 if self._clean.get(user_id, -1) == self._queued.get(user_id, 0):
                     return
-        if not self._place_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+        # A timeout past the platform's maximum means "no timeout" (acquire would overflow).
+        limit = -1 if timeout is None or timeout >= threading.TIMEOUT_MAX else max(timeout, 0.0)
+        if not self._place_lock.acquire(timeout=limit):
             raise StateError(f"the queued exchanges of {user_id!r} were not placed within {timeout} s")
         try:
             while self._drain(user_id):

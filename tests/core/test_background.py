@@ -210,6 +210,7 @@ def test_flush_validates(db_path: Path) -> None:
     m = Memory(db_path, embedder=HashEmbedder(), settings=BACKGROUND)
     with pytest.raises(ValidationError):
         m.flush(timeout=-1)
+    m.flush(timeout=9_223_372_037)  # past threading.TIMEOUT_MAX: no timeout (found by the API fuzz test)
     m.close()
     with pytest.raises(StateError):
         m.flush()
