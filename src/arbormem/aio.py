@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Coroutine
     from typing import Concatenate, ParamSpec
 
+    from .backlog import PlacementFailure
     from .config import Settings
     from .embed import Embedder
     from .llm import LLM, LLMRunner
@@ -113,6 +114,12 @@ class AsyncMemory:
         set_recall_mode = _as_async(Memory.set_recall_mode)
         pin = _as_async(Memory.pin)
         llm_log = _as_async(Memory.llm_log)
+        flush = _as_async(Memory.flush)
+
+    @property
+    def placement_errors(self) -> tuple[PlacementFailure, ...]:
+        """:attr:`Memory.placement_errors` (a read of memory, no I/O)."""
+        return self.sync.placement_errors
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names Memory does not have either. Declaring it also tells type

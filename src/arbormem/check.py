@@ -5,7 +5,10 @@ full-text entries and term statistics are derived from it. ``check_user`` reads 
 rows with raw SQL (so it sees exactly what is on disk, not what the store's caches believe)
 and reports every disagreement as a typed ``Problem``:
 
-- every completed exchange has a topic that exists, belongs to the user and is a leaf;
+- every completed exchange has a topic that exists, belongs to the user and is a leaf, unless
+  it is queued for background placement (``backlog.py``): a completed exchange with no topic,
+  no vector and no full-text entry is counted in ``UserCheck.queued``, not reported (a
+  queued exchange with some of them is);
 - leaf sizes and spans equal their member exchanges; inner sizes equal the sum of their
   children; inner spans cover the children's; parents exist; one root; no cycles; fan-out
   within ``max_children`` (``root_children`` at the top);
@@ -72,6 +75,9 @@ class UserCheck:
     topics: int
     problems: tuple[Problem, ...]
     repaired: bool = False
+    #: Completed exchanges queued for background placement (no topic, vector or text entry
+    #: yet): not a problem; the next use of the memory places them.
+    queued: int = 0
 
     @property
     def ok(self) -> bool:
@@ -202,7 +208,15 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
             "WHERE user_id = ?", (user_id,),
         )
     }
-    completed = [r for r in ex_rows if r[3] == "completed"]
+    # Queued for background placement: completed with none of topic, vector and text entry.
+    vec_ids = {r[0] for r in conn.execute(
+        "SELECT item_id FROM vectors WHERE user_id = ? AND kind = 'exchange'", (user_id,))}
+    from .store.sqlite import uid_token
+
+    fts_rids = {r[0] for r in conn.execute("SELECT rowid FROM exchange_fts WHERE uid = ?", (uid_token(user_id),))}
+    queued = {r[1] for r in ex_rows
+              if r[3] == "completed" and r[4] is None and r[1] not in vec_ids and r[0] not in fts_rids}
+    completed = [r for r in ex_rows if r[3] == "completed" and r[1] not in queued]
     kids: dict[str, list[str]] = defaultdict(list)
     for tid, t in topics.items():
         if t["parent"] is not None:
@@ -316,8 +330,6 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
             bad("vector", r[1], "completed exchange has no vector")
 
     # -- full text (rowid = exchanges.rid / topics.rid) -----------------------------------------
-    from .store.sqlite import uid_token
-
     uid = uid_token(user_id)
     fts_rows = [r[0] for r in conn.execute("SELECT rowid FROM exchange_fts WHERE uid = ?", (uid,))]
     rid_of = {r[0]: r for r in ex_rows}
@@ -345,8 +357,8 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
     if ex_rows and (row is None or row[0] < top):
         bad("status", user_id, f"sequence counter {row[0] if row else None} below max seq {top}")
 
-    return UserCheck(user_id=user_id, exchanges=len(ex_rows), completed=len(completed),
-                     topics=len(topics), problems=tuple(problems))
+    return UserCheck(user_id=user_id, exchanges=len(ex_rows), completed=len(completed) + len(queued),
+                     topics=len(topics), problems=tuple(problems), queued=len(queued))
 
 
 def repair_user(memory: Memory, user_id: str) -> None:

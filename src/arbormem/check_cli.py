@@ -55,7 +55,8 @@ def check_command(db: str, user_id: str | None, repair: bool, embedder: str | No
             click.echo(f"SQLite integrity_check: {report.integrity}", err=True)
         for u in report.users:
             state = "repaired" if u.repaired else ("ok" if u.ok else "PROBLEMS")
-            click.echo(f"{u.user_id}: {u.completed}/{u.exchanges} completed, {u.topics} topics: {state}")
+            queued = f" ({u.queued} queued for placement)" if u.queued else ""
+            click.echo(f"{u.user_id}: {u.completed}/{u.exchanges} completed{queued}, {u.topics} topics: {state}")
             for p in u.problems:
                 click.echo(f"  {p}", err=True)
         click.echo("ok" if report.ok else "check FAILED")

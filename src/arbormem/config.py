@@ -7,6 +7,8 @@ how.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -161,6 +163,18 @@ class Settings(BaseSettings):
     torch_threads: int = Field(default=1, ge=1)
     embed_batch_size: int = Field(default=64, ge=1)
     max_message_chars: int = Field(default=200_000, ge=1)
+    # Where ``complete()`` embeds and places the exchange (docs/architecture.md, "Background
+    # placement"): "inline" in the call (it returns the exchange with its topic), or
+    # "background": the call stores the reply durably and returns, and a worker thread embeds
+    # and places completed exchanges in batches; every read of the tree or indexes waits for
+    # the user's queue first. ARBORMEM_PLACEMENT=background.
+    placement: Literal["inline", "background"] = "inline"
+    # Most exchanges one background batch embeds and places (a read waits for at most the
+    # batch in progress, then places the rest itself).
+    placement_batch: int = Field(default=64, ge=1)
+    # Seconds ``close()`` waits for the worker to place what is queued; what is left stays
+    # queued in the store and is placed on the next use of the memory.
+    placement_close_timeout: float = Field(default=30.0, ge=0)
     limits: Limits = Limits()
     llm: LLMSettings = LLMSettings()
     tree: TreeSettings = TreeSettings()

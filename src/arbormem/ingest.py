@@ -67,9 +67,11 @@ class Writer:
         self._checked = False
 
     # -- the embedder binding -------------------------------------------------------------------
-    def check_embedder(self) -> None:
+    def check_embedder(self, *, bind: bool = True) -> None:
         """Record the embedder on first use and refuse another one later (vectors of two
-        models must never share an index), or any while a re-embed is unfinished."""
+        models must never share an index), or any while a re-embed is unfinished. With
+        ``bind=False`` a memory that records no embedder yet is left unbound (a background
+        completion stores no vector: the placement that embeds it binds)."""
         if self._checked:
             return
         with self._lock:
@@ -85,6 +87,8 @@ class Writer:
                     "(arbormem reembed) before using it"
                 )
             if stored is None:
+                if not bind:
+                    return
                 self.store.set_meta("embedder", spec)
             elif stored != spec:
                 raise ConfigError(

@@ -3,7 +3,9 @@
 Write path (``begin``/``complete``/``add``/``add_many``): validate everything first, embed
 outside the lock, then in one store transaction allocate the sequence number, place the
 exchange in the tree, write its row and index entries (``ingest.py``, the one write path every
-writer uses). No LLM is ever called here.
+writer uses). No LLM is ever called here. With ``Settings.placement = "background"``,
+``complete`` only stores the reply and a worker embeds and places in batches
+(``backlog.py``); every read of the tree or indexes first waits for the user's queue.
 
 Read path (``recall``/``search``): see ``retrieve/engine.py``.
 """
@@ -23,9 +25,17 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from . import validate as v
+from .backlog import Backlog, PlacementFailure
 from .config import Settings
 from .embed import Embedder, make_embedder
-from .errors import ConfigError, ConfirmationRequired, NotFoundError, StateError, ValidationError
+from .errors import (
+    ArbormemError,
+    ConfigError,
+    ConfirmationRequired,
+    NotFoundError,
+    StateError,
+    ValidationError,
+)
 from .ingest import Writer
 from .llm import LLM, LLMCall, LLMRunner, make_runner
 from .models import (
@@ -107,13 +117,21 @@ class Memory:
         self.retriever = Retriever(self.store, self.embedder, self.tokens, self.settings.recall)
         #: The one write path (``ingest.py``): validation, embedding, units of work, deletion.
         self.writer = Writer(self.store, self.embedder, self.settings)
+        #: Completed exchanges waiting for embedding and placement (``backlog.py``): fed by
+        #: ``complete`` in background mode; its worker thread starts with the first one.
+        self._backlog = Backlog(self.writer, batch=self.settings.placement_batch,
+                                close_timeout=self.settings.placement_close_timeout)
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the store. The Memory cannot be used afterwards."""
+        """Close the store. The Memory cannot be used afterwards. In background placement
+        the worker first places what is queued, for at most
+        ``settings.placement_close_timeout`` seconds; what is left stays queued in the store
+        and is placed on the next use of the memory."""
         if not self._closed:
             self._closed = True
+            self._backlog.close()
             self.store.close()
             if self._owns_llm and self.llm is not None:
                 self.llm.close()
@@ -155,7 +173,11 @@ class Memory:
     def complete(self, exchange_id: str, assistant_text: str, *, at: datetime | str | None = None,
                  user_id: str | None = None) -> Exchange:
         """Attach the assistant's reply, place the exchange in the tree and index it.
-        With ``user_id`` an exchange of another user is not found (every door passes it)."""
+        With ``user_id`` an exchange of another user is not found (every door passes it).
+
+        With ``settings.placement = "background"`` the reply is stored (durably, in one
+        transaction) and the exchange returned at once, with no topic yet: a worker thread
+        embeds and places it, and every read of the tree or indexes waits for that."""
         ex = self._pending(exchange_id, user_id)
         reply = v.text(assistant_text, "assistant_text", self.settings.max_message_chars)
         if len(ex.user_text) + len(reply) > self.settings.limits.max_exchange_chars:
@@ -166,6 +188,20 @@ class Memory:
             ex, status="completed", assistant_text=reply, assistant_at=done_at,
             messages=(*ex.messages, {"role": "assistant", "content": reply}),
         )
+        if self.settings.placement == "background":
+            # Refuse a memory bound to another embedder now, not in the worker; a fresh
+            # memory is bound by the placement that embeds.
+            self.writer.check_embedder(bind=False)
+            with self.store.transaction(ex.user_id):
+                current = self.store.get_exchange(exchange_id)
+                if current is None or current.status != "pending":
+                    raise StateError(f"exchange {exchange_id} is no longer pending")
+                # Completed with no topic: queued for placement (backlog.py).
+                self.store.update_exchange(done)
+            self._backlog.queued(ex.user_id)
+            return done
+        # Placed in completion order, after anything still queued for the user.
+        self._await(ex.user_id)
         vec = self.writer.embed([done.text])[0]  # ingest.py: embed, then bind the embedder
         with self.store.transaction(ex.user_id):
             current = self.store.get_exchange(exchange_id)
@@ -194,6 +230,43 @@ class Memory:
         if ex.status != "pending":
             raise StateError(f"exchange {exchange_id} is {ex.status}, not pending")
         return ex
+
+    # -- background placement (backlog.py) -----------------------------------------------------
+    def flush(self, user_id: str | None = None, *, timeout: float | None = None) -> None:
+        """Place every queued exchange of the user (``None``: of every user in the store)
+        before returning: waits for the worker's batch in progress (``timeout`` seconds at
+        most for each user, else ``StateError``), then places the rest in this thread. Raises
+        what a failing placement raised (an ``EmbeddingError``, a ``StoreError``...); the
+        exchanges then stay queued and are retried by the next flush or completion. Reads
+        flush their user themselves; this is for callers that want the work done now (before
+        a benchmark's clock stops, before a backup). Always consults the store, so exchanges
+        another process left queued (a crash) are placed too."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not math.isfinite(timeout) or timeout < 0):
+            raise ValidationError("timeout must be a finite number of seconds >= 0, or None")
+        if self._closed:
+            raise StateError("this Memory is closed")
+        users = [v.user_id(user_id)] if user_id is not None else list(
+            dict.fromkeys([*self._backlog.pending_users(), *self.store.list_users()]))
+        for uid in users:
+            self._backlog.wait(uid, timeout=timeout, force=True)
+
+    @property
+    def placement_errors(self) -> tuple[PlacementFailure, ...]:
+        """Recent failures to place queued exchanges (newest last; at most 50): each names
+        the user, the exchanges (still queued) and the error. Also logged."""
+        return tuple(self._backlog.failures)
+
+    def _await(self, user_id: str, *, strict: bool = True) -> None:
+        """Before a read or write of the user's tree or indexes: place what is queued
+        (``backlog.py``). Cheap when nothing is. ``strict=False`` (deletions) goes on
+        without the placement if it fails: an exchange must stay deletable while the
+        embedder is down, and a queued one has nothing but its row to delete."""
+        try:
+            self._backlog.wait(user_id)
+        except ArbormemError:
+            if strict:
+                raise
 
     def add(
         self, messages: Sequence[Mapping[str, Any]], *, user_id: str, session_id: str | None = None,
@@ -247,6 +320,7 @@ class Memory:
             raise ValidationError("items must be an iterable of dicts with 'messages'")
         raw = list(items)
         prepared = [self.writer.prepare(uid, item, i) for i, item in enumerate(raw)]
+        self._await(uid)  # queued exchanges come first, as they would have inline
         hashes = [_content_hash(ex, item) for ex, item in zip(prepared, raw, strict=True)] if dedupe else []
         if key is not None and (done := self._imported(uid, key)) is not None:
             return ImportReport(added=tuple(done))
@@ -335,6 +409,7 @@ class Memory:
         same text stores nothing, across processes (``documents.py``)."""
         from .documents import add_document
 
+        self._await(v.user_id(user_id))
         return add_document(self.writer, text, source=source, user_id=user_id, at=at, metadata=metadata,
                             max_chars=max_chars, overlap_chars=overlap_chars)
 
@@ -344,6 +419,7 @@ class Memory:
         ``NotFoundError`` if the user holds no document under that source."""
         from .documents import delete_document
 
+        self._await(v.user_id(user_id), strict=False)
         return delete_document(self.writer, source, user_id=user_id)
 
     # -- read path ------------------------------------------------------------------------------
@@ -369,6 +445,7 @@ class Memory:
         n_recent = v.integer(self.settings.recall.recent if recent is None else recent, "recent")
         where = v.exchange_filter(session_id, since, until, metadata)
         floor = _relevance(min_relevance)
+        self._await(uid)
         self.writer.check_embedder()
         planner = (RecallPlanner(self.llm, deadline=self.settings.llm.recall_deadline)
                    if self.llm is not None and use_llm else None)
@@ -392,6 +469,7 @@ class Memory:
         seconds = self.settings.llm.organize_budget if budget is None else budget
         if not (isinstance(seconds, int | float) and seconds > 0):
             raise ValidationError("budget must be a positive number of seconds")
+        self._await(uid)
         if self.llm is None:
             return EnrichReport(user_id=uid, candidates=0, labelled=0, failed=0, skipped=0, llm_calls=0)
         deadline = time.monotonic() + float(seconds)
@@ -407,6 +485,7 @@ class Memory:
         """A topic's detailed summary (depth 1): made by the LLM on first request and cached
         until the topic changes. None without an LLM or when the call fails."""
         uid = v.user_id(user_id)
+        self._await(uid)
         rec = self.store.get_topic(v.item_id(topic_id, "topic_id"))
         if rec is None or rec.user_id != uid:
             raise NotFoundError(f"no topic {topic_id!r}")
@@ -428,6 +507,7 @@ class Memory:
         uid = v.user_id(user_id)
         if options is not None and not isinstance(options, ConsolidationOptions):
             raise ValidationError("options must be a ConsolidationOptions or None")
+        self._await(uid)
         # Consolidation embeds tags and compares centroids: never with another model's vectors.
         self.writer.check_embedder()
         return consolidate(self.store, self.embedder, uid, self.settings.tree, llm=self.llm, options=options)
@@ -446,6 +526,8 @@ class Memory:
     def history(self, item_id: str, *, user_id: str | None = None, limit: int = 100) -> list[Change]:
         """Every logged change concerning a topic or exchange (merges, splits, archives,
         links, undos...), newest first; absorbed topic ids are found too."""
+        if user_id is not None:
+            self._await(v.user_id(user_id))
         return change_history(self.store, v.item_id(item_id, "item_id"),
                               user_id=None if user_id is None else v.user_id(user_id),
                               limit=v.integer(limit, "limit", 1, 100_000))
@@ -453,12 +535,15 @@ class Memory:
     def undo(self, change_id: str, *, user_id: str | None = None) -> Change:
         """Reverse a logged merge, archive, dedup, supersession or link; returns the undo's
         own log entry. A merge is restored with the absorbed topic's original id."""
+        if user_id is not None:
+            self._await(v.user_id(user_id))
         return undo(self.store, v.item_id(change_id, "change_id"), self.settings.tree,
                     user_id=None if user_id is None else v.user_id(user_id))
 
     def set_recall_mode(self, topic_id: str, mode: RecallMode, *, user_id: str) -> Topic:
         """``passive`` (always in the recalled context, within its budget share), ``active``
         (recalled when relevant; the default) or ``both``."""
+        self._await(v.user_id(user_id))
         set_recall_mode(self.store, v.user_id(user_id), v.item_id(topic_id, "topic_id"), mode, self.settings.tree)
         return self.topic(topic_id, user_id=user_id)
 
@@ -480,6 +565,7 @@ class Memory:
         v.integer(limit, "limit", 1, 1000)
         where = v.exchange_filter(session_id, since, until, metadata)
         floor = _relevance(min_relevance)
+        self._await(uid)
         self.writer.check_embedder()
         return self.retriever.search(uid, body, limit, where, floor)
 
@@ -509,7 +595,9 @@ class Memory:
 
     def topic(self, topic_id: str, *, user_id: str) -> Topic:
         """One topic (with its path); NotFoundError if the user has no such topic."""
-        t = self._topic_view(v.user_id(user_id), v.item_id(topic_id, "topic_id"))
+        uid = v.user_id(user_id)
+        self._await(uid)
+        t = self._topic_view(uid, v.item_id(topic_id, "topic_id"))
         if t is None:
             raise NotFoundError(f"no topic {topic_id!r}")
         return t
@@ -517,6 +605,7 @@ class Memory:
     def tree(self, *, user_id: str) -> Topic:
         """The user's topic tree: a root ``Topic`` whose children are the top-level themes."""
         uid = v.user_id(user_id)
+        self._await(uid)
         recs = self.store.list_topics(uid)
         kids: dict[str | None, list[TopicRecord]] = {}
         root_rec: TopicRecord | None = None
@@ -545,6 +634,7 @@ class Memory:
 
     def stats(self, *, user_id: str) -> Stats:
         uid = v.user_id(user_id)
+        self._await(uid)
         counts = self.store.count_exchanges(uid)
         root = self.tree(user_id=uid)
         nodes = root.walk()
@@ -577,6 +667,8 @@ class Memory:
         dropped, the topic then scores by its own centroid. ``progress`` gets a
         ``ReembedProgress`` after every batch. Run it while no other process writes
         (``reembed.py``)."""
+        # Queued exchanges have no vector to rewrite: placed first (with this embedder).
+        self.flush(user_id)
         return reembed(self.writer, user_id=user_id, batch_size=batch_size, progress=progress, force=force)
 
     # -- deletion -------------------------------------------------------------------------------
@@ -591,6 +683,7 @@ class Memory:
         users = [v.user_id(user_id)] if user_id is not None else self.store.list_users()
         out: dict[str, int] = {}
         for uid in users:
+            self._await(uid)
             with self.store.transaction(uid):
                 exs = self.store.list_exchanges(uid, status="completed")
                 vecs = self.store.get_vectors(uid, "exchange", [e.id for e in exs])
@@ -614,7 +707,10 @@ class Memory:
         """Delete one exchange from the transcript, its topic and every index. With
         ``user_id`` an exchange of another user is not found (and not deleted)."""
         ex = self.get(exchange_id, user_id=user_id)
+        self._await(ex.user_id, strict=False)
         with self.store.transaction(ex.user_id):
+            # Read again under the write lock: the worker may have placed it meanwhile.
+            ex = self.store.get_exchange(ex.id) or ex
             self.writer.delete(ex)
             self.store.purge_deleted_text()
 
@@ -642,6 +738,7 @@ class Memory:
         if expect_exchanges is not None and (
                 not isinstance(expect_exchanges, int) or isinstance(expect_exchanges, bool) or expect_exchanges < 0):
             raise ValidationError("expect_exchanges must be a non-negative integer")
+        self._await(uid, strict=False)
         if dry_run:
             return self._forget_plan(uid, topic_id)
         with self.store.transaction(uid):

@@ -32,6 +32,7 @@ def test_bench_in_a_fresh_process_measures_everything(tmp_path: Path) -> None:
     assert r.size == 40 and r.embedder == "hash-256"
     assert r.raw_embed_texts == 40
     assert r.bulk_per_s > 0 and r.one_by_one_per_s > 0 and r.raw_embed_per_s > 0
+    assert r.background_per_s > 0 and r.background_ratio > 0 and r.singles_raw_per_s > 0
     assert r.recall_tokens_mean <= 1024
     assert r.disk_bytes > 0
     assert list(tmp_path.iterdir()) == []  # the temporary database is removed

@@ -45,7 +45,10 @@ def main() -> None:
         return token, [{"role": "user", "content": f"{subject} {token} {body}"},
                        {"role": "assistant", "content": f"about {subject}: {body[::-1]}"}]
 
-    mem = Memory(db, embedder="hash")
+    # ARBORMEM_CRASH_EMBED_DELAY: seconds each embedder call takes (the same hash vectors and
+    # recorded model), so that background placement has a queue when the kill comes.
+    delay = float(os.environ.get("ARBORMEM_CRASH_EMBED_DELAY", "0"))
+    mem = Memory(db, embedder=_slow_hash(delay) if delay else "hash")
     report("ready")
     while True:
         user = f"user{rng.randrange(2)}"
@@ -68,6 +71,19 @@ def main() -> None:
                 report(f"done {ex.id} {token}")
         else:
             mem.consolidate(user)
+
+
+def _slow_hash(delay: float):  # noqa: ANN202 - a test helper class made on demand
+    import time
+
+    from arbormem.embed.testing import HashEmbedder
+
+    class SlowHash(HashEmbedder):
+        def embed_batch(self, texts):  # noqa: ANN001, ANN202
+            time.sleep(delay)
+            return super().embed_batch(texts)
+
+    return SlowHash()
 
 
 if __name__ == "__main__":

@@ -104,6 +104,7 @@ STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "segment": st.booleans(), "budget": st.one_of(st.none(), numbers, garbage), "request_id": st.one_of(st.none(), st.sampled_from(["req-1"]), nasty, garbage),
     "progress": st.none(), "confirm": st.one_of(st.booleans(), garbage), "dry_run": st.one_of(st.booleans(), garbage),
     "expect_exchanges": st.one_of(st.none(), numbers),
+    "timeout": st.one_of(st.none(), st.floats(0, 5), numbers),  # flush (background placement)
     # recall/search filters and floor (issue 18)
     "since": st.one_of(st.none(), times), "until": st.one_of(st.none(), times),
     "min_relevance": st.one_of(st.none(), st.floats(0, 1), numbers),

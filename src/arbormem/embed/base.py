@@ -24,6 +24,11 @@ class Embedder(ABC):
     #: floor"; scripts/calibrate_relevance.py), used when ``min_relevance`` is not set. None:
     #: not calibrated, so recall fills the budget unless a floor is given.
     relevance_floor: float | None = None
+    #: Capability: one call costs about its longest text times its size (a local transformer
+    #: pads every text of a batch to the longest). Callers embedding small unsorted batches
+    #: (background placement, ``backlog.py``) then split them by length first; a remote
+    #: embedder is better served by fewer, larger requests.
+    pads_batches: bool = False
 
     @property
     @abstractmethod

@@ -45,6 +45,8 @@ MINILM_RELEVANCE_FLOOR = 0.48
 class LocalEmbedder(Embedder):
     """A sentence-transformers model on CPU (default: the bundled all-MiniLM-L6-v2)."""
 
+    pads_batches = True
+
     def __init__(
         self, model_path: str | os.PathLike[str] | None = None, *, threads: int = 1,
         batch_size: int = 64,

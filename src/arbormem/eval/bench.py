@@ -3,7 +3,10 @@
 Every speed figure is a ratio to the embedder measured in the same run on the same texts, so
 numbers from different machines compare: bulk ingest and one-by-one ``begin/complete``
 throughput against raw batch embedding throughput, and recall latency percentiles against
-embedding one query. Each size runs in a fresh process (``isolate=True``) so peak RSS is that
+embedding one query. One-by-one ingest is measured twice on the same texts: inline placement
+(the default: ``complete`` embeds and places) and background placement (``complete`` returns,
+a worker places in batches; timed up to the end of the final ``flush``, the honest end of
+ingest), with a second ``Memory`` on the same database. Each size runs in a fresh process (``isolate=True``) so peak RSS is that
 size's own, not the largest run's so far.
 
 Workloads:
@@ -88,6 +91,18 @@ class BenchResult(Serializable):
     #: (figures from a shared machine are only comparable within one run).
     torch_threads: int = 0
     load_avg: tuple[float, float] = (0.0, 0.0)
+    #: One-by-one ingest with background placement (``Settings.placement``): the same texts
+    #: as the inline row, re-dated after it, timed including the final ``flush``; the ratio is
+    #: over ``raw_embed_per_s`` like the others. 0 in reports made before it existed.
+    background_per_s: float = 0.0
+    background_ratio: float = 0.0
+    #: p50 of one begin+complete call in background mode (the host app's wait), ms.
+    background_ms_p50: float = 0.0
+    #: Raw embedding of the one-by-one texts, measured round by round beside the two
+    #: one-by-one runs, in the groups background placement embeds them in (by length when the
+    #: embedder pads batches, ``backlog.length_groups``): ``background_per_s`` over this is
+    #: background ingest against embedding the same texts the same way.
+    singles_raw_per_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -269,10 +284,25 @@ def _pg_bytes(store: Any) -> int:
 
 # -- the run ----------------------------------------------------------------------------------
 
+def _one_by_one(mem: Any, items: Sequence[dict[str, Any]]) -> list[float]:
+    """``begin`` + ``complete`` per item; returns each pair's milliseconds."""
+    out = []
+    for it in items:
+        msgs = it["messages"]
+        t1 = time.perf_counter()
+        x = mem.begin(msgs[0]["content"], user_id="bench", session_id=it["session_id"], at=it["at"])
+        if len(msgs) > 1:
+            mem.complete(x.id, msgs[1]["content"], at=it["at"])
+        out.append((time.perf_counter() - t1) * 1000)
+    return out
+
+
 def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
     """Run one size: raw embedding, bulk ingest, one-by-one ingest, recall latency, disk."""
     from tqdm import tqdm
 
+    from ..backlog import length_groups
+    from ..config import Settings
     from ..embed import make_embedder
     from ..memory import Memory
 
@@ -331,17 +361,39 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
                     bulk_s += time.perf_counter() - t0
                 raw_tput = raw_n / raw_s if raw_s > 0 else float("inf")
 
-                # one-by-one begin/complete, appended to the full store
-                single_ms = []
-                t0 = time.perf_counter()
-                for it in tqdm(singles, desc=f"{desc}: begin/complete", disable=not cfg.progress, leave=False):
-                    msgs = it["messages"]
-                    t1 = time.perf_counter()
-                    x = mem.begin(msgs[0]["content"], user_id="bench", session_id=it["session_id"], at=it["at"])
-                    if len(msgs) > 1:
-                        mem.complete(x.id, msgs[1]["content"], at=it["at"])
-                    single_ms.append((time.perf_counter() - t1) * 1000)
-                singles_s = time.perf_counter() - t0
+                # One-by-one begin/complete appended to the full store: inline placement, then
+                # the same texts (re-dated after them) through a second Memory on the same
+                # database with background placement, timed up to the end of its flush. Run in
+                # rounds, each with a raw embedding of its texts, so a neighbour's load on a
+                # shared machine falls on both modes (and is seen in singles_raw_per_s).
+                bg = Memory(str(db), embedder=emb, settings=Settings(placement="background")) \
+                    if cfg.store == "sqlite" else \
+                    Memory(database_url=cfg.database_url, embedder=emb, settings=Settings(placement="background"))
+                try:
+                    shift = (singles[-1]["at"] - singles[0]["at"] + timedelta(days=1)) if singles else timedelta(0)
+                    again = [{**it, "at": it["at"] + shift, "session_id": f"{it['session_id']}-bg"} for it in singles]
+                    single_ms, bg_ms = [], []
+                    singles_s = bg_s = single_raw_s = 0.0
+                    per_round = max(1, -(-len(singles) // 3))
+                    for r0 in tqdm(range(0, len(singles), per_round), desc=f"{desc}: begin/complete",
+                                   disable=not cfg.progress, leave=False):
+                        part = singles[r0 : r0 + per_round]
+                        part_texts = [_item_text(it) for it in part]
+                        groups = (length_groups([len(t) for t in part_texts])
+                                  if getattr(emb, "pads_batches", False) else [list(range(len(part)))])
+                        t0 = time.perf_counter()
+                        for g in groups:
+                            emb.embed([part_texts[i] for i in g])
+                        single_raw_s += time.perf_counter() - t0
+                        t0 = time.perf_counter()
+                        single_ms += _one_by_one(mem, part)
+                        singles_s += time.perf_counter() - t0
+                        t0 = time.perf_counter()
+                        bg_ms += _one_by_one(bg, again[r0 : r0 + per_round])
+                        bg.flush("bench")  # ingest ends when the last exchange is placed
+                        bg_s += time.perf_counter() - t0
+                finally:
+                    bg.close()
 
                 # recall latency, each call paired with embedding the same query alone
                 mem.recall(queries[0], user_id="bench", max_tokens=cfg.budget)  # warm caches
@@ -365,6 +417,7 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
     n_single = len(singles)
     bulk_tput = len(bulk) / bulk_s if bulk_s > 0 else float("inf")
     single_tput = n_single / singles_s if n_single and singles_s > 0 else 0.0
+    bg_tput = n_single / bg_s if n_single and bg_s > 0 else 0.0
     q_ms = _pcts(one_q)
     rc = _pcts(recall_ms)
     return BenchResult(
@@ -385,12 +438,16 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
         peak_rss_mb=peak.peak,
         base_rss_mb=base_rss,
         disk_bytes=disk,
-        bytes_per_exchange=disk / (len(bulk) + n_single),
+        bytes_per_exchange=disk / (len(bulk) + 2 * n_single),
         seconds=time.perf_counter() - t_start,
         store=cfg.store,
         stage_ms={k: round(float(np.percentile(v, 50)), 2) for k, v in stages.items()},
         torch_threads=_torch_threads(),
         load_avg=(load_before, _load()),
+        background_per_s=bg_tput,
+        background_ratio=bg_tput / raw_tput,
+        background_ms_p50=float(np.percentile(bg_ms, 50)) if bg_ms else 0.0,
+        singles_raw_per_s=n_single / single_raw_s if n_single and single_raw_s > 0 else 0.0,
     )
 
 

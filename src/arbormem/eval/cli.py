@@ -357,7 +357,10 @@ def _bench_pipeline(sizes: Sequence[int], store: str, databases: Callable[[], Ab
         click.echo(
             f"{r.store} {r.workload} {r.size:,}: bulk {r.bulk_ratio:.2f}x raw embedding "
             f"({r.bulk_per_s:,.0f}/s vs {r.raw_embed_per_s:,.0f}/s), begin/complete "
-            f"{r.one_by_one_ratio:.3f}x ({r.one_by_one_per_s:,.1f}/s), recall p50 "
+            f"{r.one_by_one_ratio:.3f}x ({r.one_by_one_per_s:,.1f}/s), background placement "
+            f"{r.background_ratio:.3f}x ({r.background_per_s:,.1f}/s incl. flush; "
+            f"{r.background_per_s / max(r.singles_raw_per_s, 1e-9):.3f}x raw embedding of the same texts "
+            f"grouped as it groups them, {r.singles_raw_per_s:,.1f}/s), recall p50 "
             f"{r.recall_ratio['p50']:.2f}x one query embedding ({r.recall_ms['p50']:.1f} ms vs "
             f"{r.one_query_embed_ms['p50']:.1f} ms), p95 {r.recall_ratio['p95']:.2f}x, "
             f"p99 {r.recall_ratio['p99']:.2f}x, peak RSS {r.peak_rss_mb:,.0f} MB, "

@@ -246,6 +246,15 @@ class Store(ABC):
                        if e.seq == s)
         return out
 
+    def unplaced(self, user_id: str, limit: int, after_seq: int = 0) -> list[Exchange]:
+        """The user's first ``limit`` completed exchanges after ``after_seq`` that have no
+        topic yet, in sequence order: the queue of background placement (``backlog.py``; such
+        an exchange has no vector and no full-text entry either). Stores override this
+        default, which reads every completed exchange, with a query on the (user, topic, seq)
+        index."""
+        return [e for e in self.list_exchanges(user_id, status="completed", after_seq=after_seq)
+                if e.topic_id is None][:limit]
+
     @abstractmethod
     def iter_exchanges(self, user_id: str, batch: int = 1000) -> Iterator[Exchange]:
         """Every exchange of the user in sequence order, fetched in batches."""

@@ -480,6 +480,16 @@ class PostgresStore(Store):
             rows = conn.execute(sql, params).fetchall()
         return [self._ex(r) for r in rows]
 
+    def unplaced(self, user_id: str, limit: int, after_seq: int = 0) -> list[Exchange]:
+        # Served by the (user_id, topic_id, seq) index: only the user's rows without a topic.
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT {self._EX_COLS} FROM arbormem_exchanges WHERE user_id = %s AND topic_id IS NULL "
+                "AND seq > %s AND status = 'completed' ORDER BY seq LIMIT %s",
+                (user_id, int(after_seq), max(0, int(limit))),
+            ).fetchall()
+        return [self._ex(r) for r in rows]
+
     def exchanges_by_seq(self, user_id: str, seqs: Sequence[int],
                          where: ExchangeFilter | None = None) -> list[Exchange]:
         """The user's exchanges with these sequence numbers, in one query."""

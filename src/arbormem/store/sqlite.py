@@ -582,6 +582,13 @@ class SQLiteStore(Store):
             sql += f" LIMIT {int(limit)}"
         return [self._ex(r) for r in self._rows(sql, params)]
 
+    def unplaced(self, user_id: str, limit: int, after_seq: int = 0) -> list[Exchange]:
+        # ``topic_id IS NULL`` is an equality on the exchanges_user_topic index: only the
+        # user's rows without a topic are read (queued, pending and failed ones).
+        sql = (f"SELECT {self._EX_COLS} FROM exchanges WHERE user_id = ? AND topic_id IS NULL "
+               f"AND seq > ? AND status = 'completed' ORDER BY seq LIMIT {max(0, int(limit))}")
+        return [self._ex(r) for r in self._rows(sql, (user_id, int(after_seq)))]
+
     # No JSON and no text: recall scores hundreds of candidates and renders a few dozen.
     _HEAD_COLS = f"id, seq, session_id, topic_id, user_at, status, archived, json_extract(metadata, '$.\"{MARKS_KEY}\"')"
 
