@@ -213,7 +213,9 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
         "SELECT item_id FROM vectors WHERE user_id = ? AND kind = 'exchange'", (user_id,))}
     from .store.sqlite import uid_token
 
-    fts_rids = {r[0] for r in conn.execute("SELECT rowid FROM exchange_fts WHERE uid = ?", (uid_token(user_id),))}
+    uid = uid_token(user_id)
+    fts_rows = [r[0] for r in conn.execute("SELECT rowid FROM exchange_fts WHERE uid = ?", (uid,))]
+    fts_rids = set(fts_rows)
     queued = {r[1] for r in ex_rows
               if r[3] == "completed" and r[4] is None and r[1] not in vec_ids and r[0] not in fts_rids}
     completed = [r for r in ex_rows if r[3] == "completed" and r[1] not in queued]
@@ -329,9 +331,7 @@ def check_user(memory: Memory, user_id: str) -> UserCheck:
         if r[1] not in have_vec:
             bad("vector", r[1], "completed exchange has no vector")
 
-    # -- full text (rowid = exchanges.rid / topics.rid) -----------------------------------------
-    uid = uid_token(user_id)
-    fts_rows = [r[0] for r in conn.execute("SELECT rowid FROM exchange_fts WHERE uid = ?", (uid,))]
+    # -- full text (rowid = exchanges.rid / topics.rid; fts_rows read above) ---------------------
     rid_of = {r[0]: r for r in ex_rows}
     seen_rows: set[int] = set()
     for rowid in fts_rows:

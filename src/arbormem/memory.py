@@ -241,9 +241,7 @@ class Memory:
         flush their user themselves; this is for callers that want the work done now (before
         a benchmark's clock stops, before a backup). Always consults the store, so exchanges
         another process left queued (a crash) are placed too."""
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or not math.isfinite(timeout) or timeout < 0):
-            raise ValidationError("timeout must be a finite number of seconds >= 0, or None")
+        timeout = _non_negative(timeout, "timeout must be a finite number of seconds >= 0, or None")
         if self._closed:
             raise StateError("this Memory is closed")
         users = [v.user_id(user_id)] if user_id is not None else list(
@@ -824,10 +822,15 @@ class Memory:
 
 def _relevance(value: object) -> float | None:
     """A ``min_relevance`` argument: None (the setting) or a finite number >= 0."""
+    return _non_negative(value, "min_relevance must be a finite number >= 0")
+
+
+def _non_negative(value: object, message: str) -> float | None:
+    """None, or a finite number >= 0 as a float (``ValidationError(message)`` otherwise)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValidationError("min_relevance must be a finite number >= 0")
+        raise ValidationError(message)
     return float(value)
 
 

@@ -6,8 +6,8 @@ throughput against raw batch embedding throughput, and recall latency percentile
 embedding one query. One-by-one ingest is measured twice on the same texts: inline placement
 (the default: ``complete`` embeds and places) and background placement (``complete`` returns,
 a worker places in batches; timed up to the end of the final ``flush``, the honest end of
-ingest), with a second ``Memory`` on the same database. Each size runs in a fresh process (``isolate=True``) so peak RSS is that
-size's own, not the largest run's so far.
+ingest), with a second ``Memory`` on the same database. Each size runs in a fresh process
+(``isolate=True``) so peak RSS is that size's own, not the largest run's so far.
 
 Workloads:
 - ``synthetic``: deterministic chat-like exchanges on many subjects (seeded generator).
@@ -335,17 +335,21 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
         # The database lives in a temporary folder removed even when the run is interrupted.
         with tempfile.TemporaryDirectory(prefix="arbormem-bench-", dir=cfg.db_dir) as tmp:
             db = Path(tmp) / "bench.db"
-            if cfg.store == "postgres":
-                if not cfg.database_url:
-                    raise ConfigError("the postgres bench needs a database URL")
-                mem = Memory(database_url=cfg.database_url, embedder=emb)
-                if sum(mem.store.count_exchanges("bench").values()):
-                    mem.close()
-                    raise ConfigError("the database already holds a 'bench' user; give an empty database")
-            elif cfg.store == "sqlite":
-                mem = Memory(str(db), embedder=emb)
-            else:
+            if cfg.store == "postgres" and not cfg.database_url:
+                raise ConfigError("the postgres bench needs a database URL")
+            if cfg.store not in ("sqlite", "postgres"):
                 raise ConfigError(f"unknown store {cfg.store!r}; choose sqlite or postgres")
+
+            def open_memory(settings: Settings | None = None) -> Memory:
+                """The bench's memory (a second one on the same database for background mode)."""
+                if cfg.store == "postgres":
+                    return Memory(database_url=cfg.database_url, embedder=emb, settings=settings)
+                return Memory(str(db), embedder=emb, settings=settings)
+
+            mem = open_memory()
+            if cfg.store == "postgres" and any(mem.store.count_exchanges("bench").values()):
+                mem.close()
+                raise ConfigError("the database already holds a 'bench' user; give an empty database")
             try:
                 raw_s = bulk_s = 0.0
                 raw_n = 0
@@ -366,9 +370,7 @@ def bench_size(cfg: BenchConfig, embedder: Any = None) -> BenchResult:
                 # database with background placement, timed up to the end of its flush. Run in
                 # rounds, each with a raw embedding of its texts, so a neighbour's load on a
                 # shared machine falls on both modes (and is seen in singles_raw_per_s).
-                bg = Memory(str(db), embedder=emb, settings=Settings(placement="background")) \
-                    if cfg.store == "sqlite" else \
-                    Memory(database_url=cfg.database_url, embedder=emb, settings=Settings(placement="background"))
+                bg = open_memory(Settings(placement="background"))
                 try:
                     shift = (singles[-1]["at"] - singles[0]["at"] + timedelta(days=1)) if singles else timedelta(0)
                     again = [{**it, "at": it["at"] + shift, "session_id": f"{it['session_id']}-bg"} for it in singles]
