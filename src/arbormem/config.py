@@ -74,6 +74,9 @@ class TreeSettings(BaseModel):
     thread_threshold: float = 0.50
     # ... and joins the theme it relates to (or forms one with a lone related topic) at this.
     theme_threshold: float = 0.25
+    # ... raised to this much above the user's background (the mean cosine between any two of
+    # their exchanges), so a memory where everything is alike is not one theme (docs/tree.md).
+    theme_margin: float = 0.10
     # Nearest topics (by centroid) considered when homing a run.
     home_candidates: int = Field(default=24, ge=1, le=1000)
     # A gap this long between exchanges (or a new session id) always closes the open topic

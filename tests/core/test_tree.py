@@ -128,6 +128,34 @@ def test_a_returning_subject_goes_home(mem: Memory) -> None:
     assert len(g) == 1 and len(c) == 1 and g != c  # one branch per subject, not mixed
 
 
+@pytest.mark.parametrize("margin", [None, -1.0])
+def test_a_memory_where_everything_is_alike_is_not_one_theme(db_path, margin) -> None:  # type: ignore[no-untyped-def]
+    # Two friends catching up: every exchange shares their names and small talk, so any two
+    # topics link above the absolute theme threshold (LoCoMo's background is ~0.46 with
+    # MiniLM). Themes must be judged against that background, not against zero.
+    small_talk = "caroline melanie catching up life family friends weekend feeling lately"
+    subjects = ["pottery class clay kiln glaze bowl", "adoption agency interview counsellor paperwork",
+                "camping trip tent lake hiking campfire", "guinea pig hutch hay pellets vet",
+                "poetry reading open mic verses notebook", "youth center volunteering mentoring teens"]
+    tree = {} if margin is None else {"theme_margin": margin}
+    with Memory(db_path, embedder=HashEmbedder(), settings=Settings(tree=tree)) as mem:
+        for r in range(2):
+            for k, words in enumerate(subjects):
+                for i in range(3):
+                    mem.add(chat(f"{small_talk} {words} {i}", f"{words} caroline melanie"),
+                            user_id="u", session_id=f"s{r}-{k}")
+        exs = mem.exchanges(user_id="u")
+        top_of = {n.id: b.id for b in mem.tree(user_id="u").children for n in b.walk()}
+        branches: dict[str, set[int]] = {}
+        for i, e in enumerate(exs):
+            branches.setdefault(top_of[e.topic_id], set()).add(i // 3 % len(subjects))
+        mixed = [b for b in branches.values() if len(b) > 1]
+        if margin is None:  # the default: one branch per subject
+            assert not mixed and len(branches) == len(subjects)
+        else:  # the absolute threshold alone: unrelated subjects share themes
+            assert mixed
+
+
 def test_titles_are_phrases_without_number_only_words(mem: Memory) -> None:
     for i in range(4):
         mem.add(chat(f"The kitchen renovation budget is 19300 pounds, step {i}",

@@ -385,10 +385,10 @@ class TreeSession:
                 and not leaf.no_merge:
             home.thread = self.get(leaf.id)
             return home
-        best = self.s.theme_threshold
+        best = at = self._theme_at()
         theme = pair = None
         for link, _, leaf in scored[:8]:
-            if link < self.s.theme_threshold:
+            if link < at:
                 break
             top = self._top_shape(leaf)
             if top.kind == "topic":
@@ -397,7 +397,7 @@ class TreeSession:
                 continue
             tl = self._link(vsum, n, top)
             if tl > best:
-                theme, pair, best = self._descend(vsum, n, top), None, tl
+                theme, pair, best = self._descend(vsum, n, top, at), None, tl
         home.theme = self.get(theme) if theme else None
         home.pair = self.get(pair) if pair else None
         return home
@@ -417,12 +417,31 @@ class TreeSession:
             cur = parent
         return cur
 
-    def _descend(self, vsum: np.ndarray, n: int, theme: TopicShape) -> str:
+    def _theme_at(self) -> float:
+        """The average link at which a run joins a theme (or pairs with a lone topic):
+        ``theme_threshold``, raised to ``theme_margin`` above the user's *background*, the mean
+        cosine between any two of the user's exchanges (from the root's vector sum: O(1)).
+
+        Why: in a memory where everything is somewhat alike (two friends catching up, one
+        household's chat; LoCoMo's background is 0.31), every topic passed 0.25 and the whole
+        conversation became one theme. The subject histories' background is 0.07-0.10, so
+        the absolute threshold still decides there. The mean counts pairs within a topic too,
+        which lifts it while a memory holds few topics: a young memory forms themes less
+        readily, and its lone topics pair later as related ones arrive (docs/tree.md)."""
+        root = self.root
+        n = root.size
+        if root.vec_sum is None or n < 2:
+            return self.s.theme_threshold
+        total = float(root.vec_sum @ root.vec_sum)  # n (self-pairs) + the cosine of every ordered pair
+        background = (total - n) / (n * (n - 1))
+        return max(self.s.theme_threshold, background + self.s.theme_margin)
+
+    def _descend(self, vsum: np.ndarray, n: int, theme: TopicShape, at: float) -> str:
         """Within a subject theme, the sub-theme the run relates to best (while related)."""
         while True:
             subs = [c for c in self._child_shapes(theme.id) if c.kind == "theme"]
             scored = [(self._link(vsum, n, c), c.id, c) for c in subs]
-            scored = [x for x in scored if x[0] >= self.s.theme_threshold]
+            scored = [x for x in scored if x[0] >= at]
             if not scored:
                 return theme.id
             theme = max(scored, key=lambda x: (x[0], x[1]))[2]
