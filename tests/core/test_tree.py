@@ -156,6 +156,18 @@ def test_a_memory_where_everything_is_alike_is_not_one_theme(db_path, margin) ->
             assert mixed
 
 
+def test_no_topic_repeats_its_theme_s_title(demo_data, minilm) -> None:  # type: ignore[no-untyped-def]
+    # The demo's Japan theme read "Learning Japanese" > "Learning Japanese": the theme had no
+    # phrase its topics share and took one child's title.
+    with Memory(":memory:", embedder=minilm) as mem:
+        mem.add_many(demo_data["exchanges"], user_id="u")
+        themes = [n for n in mem.tree(user_id="u").walk() if n.kind == "theme"]
+    assert themes
+    for theme in themes:
+        assert all(c.title.lower() != theme.title.lower() for c in theme.children), theme.title
+    assert "Learning Japanese" in {c.title for t in themes for c in t.children}
+
+
 def test_titles_are_phrases_without_number_only_words(mem: Memory) -> None:
     for i in range(4):
         mem.add(chat(f"The kitchen renovation budget is 19300 pounds, step {i}",

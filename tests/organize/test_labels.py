@@ -157,6 +157,15 @@ def test_theme_names_what_its_topics_share() -> None:
     assert theme_title([], DF, N) == UNTITLED
 
 
+def test_a_title_to_avoid_gives_the_next_phrase_unless_there_is_none() -> None:
+    kitchen = node(*KITCHEN)
+    best = make_title(kitchen, DF, N)
+    other = make_title(kitchen, DF, N, avoid=[best.upper()])  # compared without case
+    assert other != best and other.lower() not in {"", UNTITLED.lower()}
+    lone = {"dinosaur cake": 2, "dinosaur": 2, "cake": 2}
+    assert make_title(lone, DF, N, avoid=["Dinosaur cake", "Dinosaur", "Cake"]) == "Dinosaur cake"
+
+
 def test_prune_and_merge_keep_counters_bounded_and_summable() -> None:
     a = node(*KITCHEN)
     b = node(*MARATHON)

@@ -10,7 +10,7 @@
   sessions (a JSON list of ``{"name", "exchanges": [{"session", "at", "user", "assistant",
   "subject"}]}``): V-measure of top-level branches against subjects, themes that mix
   subjects, the share of consecutive exchanges within one visit to a subject that share a
-  topic, number-only title words; and prints the tree.
+  topic, number-only title words, topics titled as their theme; and prints the tree.
 """
 
 from __future__ import annotations
@@ -178,6 +178,8 @@ def eval_subjects(files: Sequence[str], mem: Memory) -> dict[str, Any]:
                 "leaf_v_measure": sm.v_measure(subjects, leaves)[2],
                 "mixed_top_level": len(mixed), "visit_share": same / total if total else 1.0,
                 "number_only_titles": sum(1 for t in titles if number_only_words(t)),
+                "repeated_titles": sum(1 for n in nodes for c in n.children
+                                       if n.kind == "theme" and c.title.lower() == n.title.lower()),
                 "tree": render_tree(root, {t: Counter(s for s, lf in zip(subjects, leaves, strict=True) if lf == t)
                                            for t in set(leaves)}),
             })
@@ -212,18 +214,20 @@ def render_tree(root: Topic, subjects_of: dict[str, Counter[str]] | None = None)
 
 def format_subjects(rep: dict[str, Any], *, trees: bool = True) -> str:
     lines = ["| history | exchanges | subjects | top-level branches | topics | themes | top-level V | "
-             "homogeneity | completeness | mixed branches | visit share | number-only titles |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "homogeneity | completeness | mixed branches | visit share | number-only titles | "
+             "titles repeating their theme's |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for h in rep["histories"]:
         lines.append(f"| {h['name']} | {h['exchanges']} | {h['subjects']} | {h['top_level']} | {h['topics']} | "
                      f"{h['themes']} | {h['v_measure']:.3f} | {h['homogeneity']:.3f} | {h['completeness']:.3f} | "
-                     f"{h['mixed_top_level']} | {h['visit_share']:.2f} | {h['number_only_titles']} |")
+                     f"{h['mixed_top_level']} | {h['visit_share']:.2f} | {h['number_only_titles']} | "
+                     f"{h['repeated_titles']} |")
     hs = rep["histories"]
     if hs:
         lines.append(f"| mean | | | | | | {np.mean([h['v_measure'] for h in hs]):.3f} | "
                      f"{np.mean([h['homogeneity'] for h in hs]):.3f} | {np.mean([h['completeness'] for h in hs]):.3f} | "
                      f"{sum(h['mixed_top_level'] for h in hs)} | {np.mean([h['visit_share'] for h in hs]):.2f} | "
-                     f"{sum(h['number_only_titles'] for h in hs)} |")
+                     f"{sum(h['number_only_titles'] for h in hs)} | {sum(h['repeated_titles'] for h in hs)} |")
     if trees:
         for h in hs:
             lines += ["", f"{h['name']}:", h["tree"]]

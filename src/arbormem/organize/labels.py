@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from operator import methodcaller
 
 from ..text import STOPWORDS, idf
@@ -732,7 +732,8 @@ class _Scorer:
         return scored
 
 
-def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int = 1) -> str:
+def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int = 1,
+               avoid: Collection[str] = ()) -> str:
     """The title of a node from its phrase counter (``phrase_counts`` summed over its texts).
 
     ``df`` gives the user's document frequency of a word (``text.terms`` spelling; a mapping
@@ -742,6 +743,9 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
     words, favouring phrases that recur as a whole, capitalised ("Kitchen renovation
     budget"); at most ``MAX_TITLE_CHARS`` characters. ``"Untitled"`` only when the counter
     holds no phrase (texts of nothing but pleasantries, numbers and function words).
+    ``avoid``: titles not to give (a topic: its theme's; a theme: its children's, as
+    "Learning Japanese" > "Learning Japanese" tells a reader nothing), unless the node has no
+    other phrase.
     """
     pool = _Pool(phrases)
     m = max(1, members)
@@ -750,7 +754,14 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
         return (1.0 + math.log(count)) * (1.0 + min(1.0, count / m))
 
     ranked = _Scorer(df, n_docs).rank(pool, frequency)
-    return pool.render(_pick(ranked)) if ranked else UNTITLED
+    if not ranked:
+        return UNTITLED
+    if avoid:
+        said = {a.lower() for a in avoid}
+        other = [r for r in ranked if pool.render(r[1]).lower() not in said]
+        if other and len(other) < len(ranked):
+            return pool.render(_pick(other))
+    return pool.render(_pick(ranked))
 
 
 def _pick(ranked: list[tuple[float, str]]) -> str:
@@ -764,13 +775,15 @@ def _pick(ranked: list[tuple[float, str]]) -> str:
 
 
 def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
-                members: int | None = None) -> str:
+                members: int | None = None, avoid: Collection[str] = ()) -> str:
     """The title of a theme from its children's phrase counters: what they share.
 
     A phrase held by at least two children scores by the share of children holding it, its
     frequency and its specificity (as in ``make_title``); with no phrase shared by two
     children (or one child), ``make_title`` over all of them together, ``members`` (the
-    exchanges under the theme; default the number of children) passed on.
+    exchanges under the theme; default the number of children) passed on, and ``avoid``
+    (the children's titles: with nothing shared, the best phrase of all is usually one
+    child's title, and the theme would wear its name).
     """
     kids = [c for c in children if c]
     if not kids:
@@ -793,4 +806,4 @@ def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
 
             ranked = _Scorer(df, n_docs, pool, members or len(kids)).rank(pool, frequency, share)
             return pool.render(_pick(ranked))
-    return make_title(total, df, n_docs, members=members or len(kids))
+    return make_title(total, df, n_docs, members=members or len(kids), avoid=avoid)

@@ -842,6 +842,7 @@ class TreeSession:
         # child was retitled, closed or moved: reading every ancestor's children on every
         # exchange was most of one-by-one ingest's tree cost.
         stale = self._stale_summary
+        retitled: list[TopicRecord] = []  # children that took another title than their theme's
         for node in dirty:
             if node.kind == "root" or llm_labelled(node):
                 continue
@@ -853,6 +854,8 @@ class TreeSession:
                 node.meta.titled = (node.size, len(self.children(node)) if node.kind == "theme" else 0)
                 if node.title != before and node.parent_id:
                     stale.add(node.parent_id)
+                if node.kind == "theme" and node.title != before:
+                    retitled.extend(self._unrepeat(node, df, n_docs))
             if node.id in self._to_summarise and node.parent_id:
                 stale.add(node.parent_id)
             if node.id in self._to_summarise and node.kind == "topic":
@@ -862,6 +865,8 @@ class TreeSession:
                 parts = sorted(kids, key=lambda k: (k.start_seq or 0, k.id))
                 node.summary = shorten("; ".join(k.title for k in parts if k.title), 240)
                 node.frozen = all(k.frozen for k in kids) if kids else node.frozen
+        held = {n.id for n in dirty}
+        dirty += list({k.id: k for k in retitled if k.id not in held}.values())
         for node in dirty:
             self.store.put_topic(node)
         vec_nodes = []
@@ -917,13 +922,35 @@ class TreeSession:
         its children share. Nodes stored before phrase counters existed fall back to their
         keywords until ``arbormem rebuild-tree``."""
         if node.kind == "theme":
-            kids = [k.meta.phrases for k in self.children(node)]
+            children = self.children(node)
+            kids = [k.meta.phrases for k in children]
             if any(kids):
-                return labels.theme_title(kids, df, n_docs, members=node.size)
+                return labels.theme_title(kids, df, n_docs, members=node.size,
+                                          avoid=[k.title for k in children if k.title])
         phrases = node.meta.phrases
         if phrases:
-            return labels.make_title(phrases, df, n_docs, members=node.size)
+            parent = self.get(node.parent_id) if node.parent_id else None
+            avoid = [parent.title] if parent is not None and parent.kind == "theme" and parent.title else []
+            return labels.make_title(phrases, df, n_docs, members=node.size, avoid=avoid)
         return make_title(node.keywords)
+
+    def _unrepeat(self, theme: TopicRecord, df: Mapping[str, int], n_docs: int) -> list[TopicRecord]:
+        """Children (topics, offline titles) whose title is the theme's new one, retitled with
+        their next phrase: a topic titled as its theme says nothing of what sets it apart.
+        (A child titled after its theme avoids the theme's title in ``_title``; this handles
+        the theme being titled after its children, as flush does, deepest first.)"""
+        out = []
+        for kid in self.children(theme):
+            if kid.kind != "topic" or llm_labelled(kid) or not kid.meta.phrases \
+                    or kid.title.lower() != theme.title.lower():
+                continue
+            words = labels.phrase_words(kid.meta.phrases)
+            known = {**df, **self.store.get_term_df(self.user_id, [w for w in words if w not in df])}
+            title = labels.make_title(kid.meta.phrases, known, n_docs, members=kid.size, avoid=[theme.title])
+            if title != kid.title:
+                kid.title = title
+                out.append(kid)
+        return out
 
     def _extractive_summary(self, leaf: TopicRecord, df: Mapping[str, int], n_docs: int) -> str:
         members = self.store.list_exchanges(self.user_id, topic_id=leaf.id)
