@@ -757,6 +757,16 @@ class SQLiteStore(Store):
                                     _dt(r[10]), _dt(r[11]), bool(r[12]))
         return {i: t for i in ids if (t := cache.get(i)) is not None}
 
+    def topic_links(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        # Only the links out of ``meta``: decoding the whole rows (term counts, vector sums, the
+        # rest of meta) of the three strongest topics was ~0.3 ms of every recall.
+        rows = self._rows_in("SELECT id, meta -> '$.links' FROM topics WHERE +user_id = ? AND id IN ({marks})",
+                             (user_id,), ids)
+        got = {r[0]: json.loads(r[1]) if r[1] is not None else None for r in rows}
+        # (What TopicMeta.decode keeps of them: the strings of a list.)
+        return {i: tuple(x for x in v if isinstance(x, str)) if isinstance(v := got[i], list) else ()
+                for i in dict.fromkeys(ids) if i in got}
+
     def list_topics(
         self, user_id: str, parent_id: str | None | Literal["*"] = "*"
     ) -> list[TopicRecord]:
