@@ -44,9 +44,13 @@ if TYPE_CHECKING:  # pragma: no cover
 _T = TypeVar("_T")
 Hits = list[tuple[str, float]]
 #: What a recall learns of its query before the vector: the time it is asked against and the
-#: exchange count for IDF (``_now_and_size``), its analysis, and its lexical hits (exchanges,
-#: topics).
-QueryReads = tuple[datetime | None, int, QueryAnalysis, Hits, Hits]
+#: exchange count for IDF (``_now_and_size``), its analysis, its lexical hits (exchanges,
+#: topics), and the texts of the best exchange hits.
+QueryReads = tuple[datetime | None, int, QueryAnalysis, Hits, Hits, dict[str, tuple[str, str]]]
+#: The best lexical hits whose texts are read alongside the embedding. Coverage and feedback
+#: read the texts of the best ~80 of the fused ranking; on the two 10k bench memories 75% and
+#: 67% of those are among the best 80 lexical hits (88% / 70% at 100, 96% / 78% at 200).
+TEXTS_ALONGSIDE = 80
 
 
 class _Alongside:
@@ -123,7 +127,8 @@ class Retriever:
         # ranks as its best part; ranks count parts as topics (see resolve_topic_hits).
         tdense = [(tid, r) for tid, _, r in resolve_topic_hits(
             store.vector_search(user_id, "topic", qvec, scoring.TOPIC_DENSE_ROWS)) if r < scoring.TOPIC_RANKS]
-        now, n_docs, q, lex, tlex = wait()
+        now, n_docs, q, lex, tlex, texts = wait()
+        reader.keep_texts(texts)
         clock.lap("indexes")
 
         topic_norm = scoring.topic_relevance(
@@ -143,9 +148,12 @@ class Retriever:
 
     def _query_reads(self, user_id: str, query: str, k: int, where: ExchangeFilter | None,
                      timings: dict[str, float]) -> Callable[[], QueryReads]:
-        """The query's analysis and lexical searches (exchanges, topics) as one call; their
-        own durations go to ``timings["query"]`` and ``timings["lexical"]`` (they may overlap
-        the embedding: see ``_Alongside``)."""
+        """The query's analysis, lexical searches (exchanges, topics) and the texts of the
+        best exchange hits as one call; their own durations go to ``timings["query"]`` and
+        ``timings["lexical"]`` (they may overlap the embedding: see ``_Alongside``). Only
+        reads go here, no tokenising: what overlaps the embedding for free is the work done
+        outside the GIL (inside SQLite); Python work here slowed the embedding by as much as
+        it took off after it (BENCHMARKS.md, "The whole bench on the merged main")."""
         def run() -> QueryReads:
             t0 = time.perf_counter()
             now, n_docs = self._now_and_size(user_id)
@@ -153,11 +161,12 @@ class Retriever:
             t1 = time.perf_counter()
             timings["query"] = (t1 - t0) * 1000
             if not q.terms:
-                return now, n_docs, q, [], []
+                return now, n_docs, q, [], [], {}
             lex = self.store.text_search(user_id, "exchange", q.terms, k, where)
             tlex = self.store.text_search(user_id, "topic", q.terms, scoring.TOPIC_RANKS)
+            texts = self.store.exchange_texts(user_id, [i for i, _ in lex[:TEXTS_ALONGSIDE]]) if lex else {}
             timings["lexical"] = (time.perf_counter() - t1) * 1000
-            return now, n_docs, q, lex, tlex
+            return now, n_docs, q, lex, tlex, texts
         return run
 
     def _now_and_size(self, user_id: str) -> tuple[datetime | None, int]:
