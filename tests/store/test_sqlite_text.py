@@ -88,3 +88,37 @@ def test_a_user_owning_most_rows_is_searched_without_the_user_token(
             assert [h[0] for h in store.text_search(u, "exchange", list(q), 10)] == [h[0] for h in hits]
     finally:
         store.close()
+
+
+def test_a_sole_user_is_ranked_inside_the_index_with_the_same_hits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every row the user's, the k winners are ranked inside FTS5 and only they are looked
+    up: the same hits, scores and order (ties included) as joining every match first; a
+    full-text row left without its exchange sends the search back to the join."""
+    store = SQLiteStore(tmp_path / "m.db")
+    try:
+        for seq in range(1, 61):  # repeated bodies: equal BM25 scores, ties at every k
+            body = f"note about {'kubernetes' if seq % 3 else 'weather'} and {'tea' if seq % 2 else 'coffee'}"
+            store.insert_exchange(ex("u", seq, body))
+            store.put_text("u", "exchange", f"e_u_{seq}", body)
+        assert store._sole_user("exchange", "u")
+        queries = (["kubernetes", "tea"], ["weather"], ["coffee", "note"], ["absent"])
+        ks = (1, 5, 10, 25, 100)
+        got = {(tuple(q), k): store.text_search("u", "exchange", q, k) for q in queries for k in ks}
+        with monkeypatch.context() as m:
+            m.setattr(SQLiteStore, "_sole_user", lambda *_: False)
+            for (q, k), hits in got.items():
+                assert store.text_search("u", "exchange", list(q), k) == hits
+        # An exchange row gone without its full-text row: left out, as the join leaves it out.
+        best = got[(("weather",), 5)][0][0]
+        store._exec("DELETE FROM exchanges WHERE id = ?", (best,))
+        hits = store.text_search("u", "exchange", ["weather"], 5)
+        assert best not in {h[0] for h in hits} and len(hits) == 5
+        with monkeypatch.context() as m:
+            m.setattr(SQLiteStore, "_sole_user", lambda *_: False)
+            assert store.text_search("u", "exchange", ["weather"], 5) == hits
+        # Another user's row: no longer the sole user.
+        store.insert_exchange(ex("v", 1, "weather"))
+        assert not store._sole_user("exchange", "u")
+    finally:
+        store.close()
