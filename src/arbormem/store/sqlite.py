@@ -501,7 +501,8 @@ class SQLiteStore(Store):
             id=row[0], user_id=row[1], session_id=row[2], seq=row[3], status=row[4],
             messages=tuple(json.loads(row[5])), user_text=row[6], assistant_text=row[7],
             user_at=_dt(row[8]) or datetime.fromtimestamp(0, timezone.utc),
-            assistant_at=_dt(row[9]), metadata=json.loads(row[10]), topic_id=row[11],
+            # ("{}", the column's default and most rows' value, needs no decoding.)
+            assistant_at=_dt(row[9]), metadata={} if row[10] == "{}" else json.loads(row[10]), topic_id=row[11],
             failure=row[12], archived=bool(row[13]),
         )
 
