@@ -122,3 +122,27 @@ def test_a_sole_user_is_ranked_inside_the_index_with_the_same_hits(
         assert not store._sole_user("exchange", "u")
     finally:
         store.close()
+
+
+def test_kept_document_frequencies_follow_every_write(tmp_path: Path) -> None:
+    """Document frequencies kept between reads: a write by this connection, a commit by
+    another one, and a rolled-back transaction all show in the next read."""
+    store, other = SQLiteStore(tmp_path / "m.db"), SQLiteStore(tmp_path / "m.db")
+    try:
+        store.add_term_df("u", ["tea", "coffee"])
+        assert store.get_term_df("u", ["tea", "coffee", "absent"]) == {"tea": 1, "coffee": 1}
+        assert store.get_term_df("u", ["tea", "absent"]) == {"tea": 1}  # kept, absent kept as absent
+        store.add_term_df("u", ["tea", "absent"])
+        assert store.get_term_df("u", ["tea", "absent", "coffee"]) == {"tea": 2, "absent": 1, "coffee": 1}
+        other.add_term_df("u", ["coffee", "new"])
+        assert store.get_term_df("u", ["coffee", "new"]) == {"coffee": 2, "new": 1}
+        with pytest.raises(RuntimeError):
+            with store.transaction("u"):
+                store.add_term_df("u", ["tea"])
+                assert store.get_term_df("u", ["tea"]) == {"tea": 3}  # this transaction's count
+                raise RuntimeError("rolled back")
+        assert store.get_term_df("u", ["tea"]) == {"tea": 2}
+        assert store.get_term_df("v", ["tea"]) == {}
+    finally:
+        store.close()
+        other.close()

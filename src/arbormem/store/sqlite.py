@@ -268,8 +268,9 @@ class SQLiteStore(Store):
         self._mem_lock = threading.RLock()
         self._cache: dict[tuple[str, str], _VecCache] = {}
         self._cache_lock = threading.Lock()
-        # exchange and topic heads per (kind, user), with the change token they were read at (_kept)
-        self._heads_by_user: dict[tuple[str, str], tuple[tuple[int, int, int], dict[str, Any]]] = {}
+        # exchange and topic heads and document frequencies per (kind, user, connection), with
+        # the change token they were read at (_kept)
+        self._heads_by_user: dict[tuple[str, str, int], tuple[tuple[int, int], dict[str, Any]]] = {}
         self._conns: list[sqlite3.Connection] = []
         self._closed = False
         if not self.memory:
@@ -622,17 +623,20 @@ class SQLiteStore(Store):
                 cache[r[0]] = self._head(r)
         return [h for i in dict.fromkeys(ids) if (h := cache.get(i)) is not None]
 
-    def _kept(self, kind: IndexKind, user_id: str) -> dict[str, Any]:
-        """The exchange or topic heads of ``user_id`` kept since the database last changed
-        (see exchange_heads)."""
+    def _kept(self, kind: str, user_id: str) -> dict[str, Any]:
+        """The exchange or topic heads (or document frequencies) of ``user_id`` this thread's
+        connection read since the database last changed (see exchange_heads). Per connection:
+        the recall worker reads document frequencies too, and a shared entry would be emptied
+        by each thread in turn."""
         with self._guard() as conn:
-            token = (id(conn), conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0])
+            token = (conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0])
         kept = self._heads_by_user
-        got = kept.get((kind, user_id))
+        key = (kind, user_id, id(conn))
+        got = kept.get(key)
         if got is None or got[0] != token or len(got[1]) > _HEADS_KEPT:
-            if len(kept) > 32:  # a few users at a time
+            if len(kept) > 32:  # a few users (and threads) at a time
                 kept.clear()
-            got = kept[(kind, user_id)] = (token, {})
+            got = kept[key] = (token, {})
         return got[1]
 
     def exchange_texts(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
@@ -1262,9 +1266,19 @@ class SQLiteStore(Store):
             )
 
     def get_term_df(self, user_id: str, terms: Sequence[str]) -> dict[str, int]:
-        rows = self._rows_in("SELECT term, df FROM term_df WHERE user_id = ? AND term IN ({marks})",
-                             (user_id,), terms)
-        return {term: int(df) for term, df in rows}
+        sql = "SELECT term, df FROM term_df WHERE user_id = ? AND term IN ({marks})"
+        if self._conn.in_transaction:  # (uncommitted counts: a rollback would leave them kept)
+            return {term: int(df) for term, df in self._rows_in(sql, (user_id,), terms)}
+        # Kept like heads until the database changes: a recall looks up ~150 terms for its
+        # feedback step and its query's terms twice, mostly terms the recalls before it looked
+        # up (word frequencies are Zipfian). None: not in the table.
+        cache: dict[str, int | None] = self._kept("term_df", user_id)
+        missing = [t for t in dict.fromkeys(terms) if t not in cache]
+        if missing:
+            got = {term: int(df) for term, df in self._rows_in(sql, (user_id,), missing)}
+            for t in missing:
+                cache[t] = got.get(t)
+        return {t: df for t in dict.fromkeys(terms) if (df := cache.get(t)) is not None}
 
     # -- users and audit -------------------------------------------------------------------------
     def list_users(self) -> list[str]:
