@@ -932,7 +932,8 @@ class SQLiteStore(Store):
         else:
             top = np.arange(n)
         top = top[np.argsort(-scores[top])]
-        return [(cache.ids[i], float(scores[i])) for i in top]
+        ids = cache.ids  # (the k scores as Python floats in one call, not one numpy scalar each)
+        return list(zip([ids[i] for i in top.tolist()], scores[top].tolist(), strict=True))
 
     def _filtered_search(self, user_id: str, cache: _VecCache, query: np.ndarray, k: int,
                          where: ExchangeFilter) -> list[tuple[str, float]]:
