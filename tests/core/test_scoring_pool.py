@@ -21,7 +21,6 @@ from arbormem.embed.testing import HashEmbedder
 from arbormem.models import Exchange
 from arbormem.retrieve import engine, scoring
 from arbormem.retrieve.engine import _Clock
-from arbormem.retrieve.query import analyse
 from arbormem.retrieve.reader import ExchangeReader, token_set
 from arbormem.retrieve.scoring import Candidate, standardise
 from arbormem.store.base import ExchangeFilter, ExchangeHead
@@ -205,9 +204,8 @@ _QUERIES = [
 
 def _candidates(mem: Memory, query: str, where: ExchangeFilter | None) -> tuple[dict[str, Candidate], ExchangeReader]:
     retriever = mem.retriever
-    now, n_docs = retriever._now_and_size("u")
     reader = ExchangeReader(mem.store, "u")
-    cands, _ = retriever._score(reader, query, analyse(query, now), 40, n_docs, _Clock({}), where)
+    cands, *_ = retriever._score(reader, query, 40, _Clock({}), where)
     return cands, reader
 
 

@@ -18,6 +18,7 @@ from arbormem.organize.aliases import alias_id, is_alias, resolve_topic_hits
 from arbormem.organize.consolidate import ConsolidationOptions
 from arbormem.organize.recall_hooks import LINK_WEIGHT
 from arbormem.organize.thresholds import Thresholds
+from arbormem.store.base import Store
 from arbormem.text import terms
 from tests.conftest import chat
 
@@ -220,6 +221,11 @@ def test_recall_follows_a_link_within_the_budget(db_path: Path, monkeypatch: pyt
     linked = mem.store.get_topic(alice.topic_id)  # type: ignore[arg-type]
     assert linked is not None and linked.meta.links
     assert not mem.store.get_topic(bruno.topic_id).meta.links  # type: ignore[arg-type,union-attr]
+    # The light read of the links recall follows equals the links of the whole records.
+    ids = [r.id for r in mem.store.list_topics("u")] + ["t_unknown"]
+    assert mem.store.topic_links("u", ids) == Store.topic_links(mem.store, "u", ids)
+    assert mem.store.topic_links("u", [alice.topic_id]) == {alice.topic_id: tuple(linked.meta.links)}  # type: ignore[index]
+    assert mem.store.topic_links("someone else", ids) == {}
     after = scores()
     # Alice's turn rises by the link's share of topic relevance; an unlinked turn does not move.
     assert after[alice.id] > before[alice.id] + 0.5 * LINK_WEIGHT * 0.5

@@ -88,3 +88,61 @@ def test_a_user_owning_most_rows_is_searched_without_the_user_token(
             assert [h[0] for h in store.text_search(u, "exchange", list(q), 10)] == [h[0] for h in hits]
     finally:
         store.close()
+
+
+def test_a_sole_user_is_ranked_inside_the_index_with_the_same_hits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every row the user's, the k winners are ranked inside FTS5 and only they are looked
+    up: the same hits, scores and order (ties included) as joining every match first; a
+    full-text row left without its exchange sends the search back to the join."""
+    store = SQLiteStore(tmp_path / "m.db")
+    try:
+        for seq in range(1, 61):  # repeated bodies: equal BM25 scores, ties at every k
+            body = f"note about {'kubernetes' if seq % 3 else 'weather'} and {'tea' if seq % 2 else 'coffee'}"
+            store.insert_exchange(ex("u", seq, body))
+            store.put_text("u", "exchange", f"e_u_{seq}", body)
+        assert store._sole_user("exchange", "u")
+        queries = (["kubernetes", "tea"], ["weather"], ["coffee", "note"], ["absent"])
+        ks = (1, 5, 10, 25, 100)
+        got = {(tuple(q), k): store.text_search("u", "exchange", q, k) for q in queries for k in ks}
+        with monkeypatch.context() as m:
+            m.setattr(SQLiteStore, "_sole_user", lambda *_: False)
+            for (q, k), hits in got.items():
+                assert store.text_search("u", "exchange", list(q), k) == hits
+        # An exchange row gone without its full-text row: left out, as the join leaves it out.
+        best = got[(("weather",), 5)][0][0]
+        store._exec("DELETE FROM exchanges WHERE id = ?", (best,))
+        hits = store.text_search("u", "exchange", ["weather"], 5)
+        assert best not in {h[0] for h in hits} and len(hits) == 5
+        with monkeypatch.context() as m:
+            m.setattr(SQLiteStore, "_sole_user", lambda *_: False)
+            assert store.text_search("u", "exchange", ["weather"], 5) == hits
+        # Another user's row: no longer the sole user.
+        store.insert_exchange(ex("v", 1, "weather"))
+        assert not store._sole_user("exchange", "u")
+    finally:
+        store.close()
+
+
+def test_kept_document_frequencies_follow_every_write(tmp_path: Path) -> None:
+    """Document frequencies kept between reads: a write by this connection, a commit by
+    another one, and a rolled-back transaction all show in the next read."""
+    store, other = SQLiteStore(tmp_path / "m.db"), SQLiteStore(tmp_path / "m.db")
+    try:
+        store.add_term_df("u", ["tea", "coffee"])
+        assert store.get_term_df("u", ["tea", "coffee", "absent"]) == {"tea": 1, "coffee": 1}
+        assert store.get_term_df("u", ["tea", "absent"]) == {"tea": 1}  # kept, absent kept as absent
+        store.add_term_df("u", ["tea", "absent"])
+        assert store.get_term_df("u", ["tea", "absent", "coffee"]) == {"tea": 2, "absent": 1, "coffee": 1}
+        other.add_term_df("u", ["coffee", "new"])
+        assert store.get_term_df("u", ["coffee", "new"]) == {"coffee": 2, "new": 1}
+        with pytest.raises(RuntimeError):
+            with store.transaction("u"):
+                store.add_term_df("u", ["tea"])
+                assert store.get_term_df("u", ["tea"]) == {"tea": 3}  # this transaction's count
+                raise RuntimeError("rolled back")
+        assert store.get_term_df("u", ["tea"]) == {"tea": 2}
+        assert store.get_term_df("v", ["tea"]) == {}
+    finally:
+        store.close()
+        other.close()

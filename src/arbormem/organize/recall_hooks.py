@@ -49,13 +49,12 @@ def linked_topics(store: Store, user_id: str, topic_scores: Mapping[str, float],
                   weight: float = LINK_WEIGHT) -> dict[str, float]:
     """Topics linked to the ``top`` strongest ones, scored ``weight`` x the linking topic's
     score (for recall to follow cross-links; the packer's budget still bounds what is shown).
-    Reads ``top`` topic rows."""
+    Reads the links of ``top`` topics (one query)."""
     out: dict[str, float] = {}
-    for tid, s in sorted(topic_scores.items(), key=lambda kv: -kv[1])[:top]:
-        rec = store.get_topic(tid)
-        if rec is None or rec.user_id != user_id:
-            continue
-        for other in rec.meta.links:
+    strongest = sorted(topic_scores.items(), key=lambda kv: -kv[1])[:top]
+    links = store.topic_links(user_id, [tid for tid, _ in strongest]) if strongest else {}
+    for tid, s in strongest:
+        for other in links.get(tid, ()):
             if other not in topic_scores:
                 out[other] = max(out.get(other, 0.0), weight * s)
     return out

@@ -1,6 +1,7 @@
 """The read path: candidates from every index, scoring, packing, with a per-stage clock.
 
-1. Analyse the query (terms, names, time window) and embed it once.
+1. Analyse the query (terms, names, time window) and search the lexical indexes on a worker
+   thread while the query is embedded once.
 2. *indexes*: exchanges by dense and lexical search, topics by dense and lexical search.
 3. *fuse*: the scoring stages of ``scoring.py`` that need only the candidates' heads: score
    fusion, topic relevance, the time window.
@@ -41,17 +42,27 @@ if TYPE_CHECKING:  # pragma: no cover
     from .llm_plan import RecallPlanner
 
 _T = TypeVar("_T")
-LexicalHits = tuple[list[tuple[str, float]], list[tuple[str, float]]]
+Hits = list[tuple[str, float]]
+#: What a recall learns of its query before the vector: the time it is asked against and the
+#: exchange count for IDF (``_now_and_size``), its analysis, its lexical hits (exchanges,
+#: topics), and the texts of the best exchange hits.
+QueryReads = tuple[datetime | None, int, QueryAnalysis, Hits, Hits, dict[str, tuple[str, str]]]
+#: The best lexical hits whose texts are read alongside the embedding. Coverage and feedback
+#: read the texts of the best ~80 of the fused ranking; on the two 10k bench memories 75% and
+#: 67% of those are among the best 80 lexical hits (88% / 70% at 100, 96% / 78% at 200).
+TEXTS_ALONGSIDE = 80
 
 
 class _Alongside:
-    """Runs a lexical search on a worker thread while the caller embeds the query.
+    """Runs the query's analysis and lexical searches on a worker thread while the caller
+    embeds the query.
 
-    The query's lexical searches (exchanges and topics) do not need its vector, and embedding
-    it is the longest step of a recall (~10-15 ms for MiniLM on one core); the searches are
-    mostly inside SQLite or PostgreSQL, outside the GIL, as is most of the model's work, so
-    they finish while the embedding runs (BENCHMARKS.md, "Recall stages"). Bounded: when every
-    worker is busy (many concurrent recalls) the search runs inline, as it did before."""
+    They do not need its vector, and embedding it is the longest step of a recall (~10-15 ms
+    for MiniLM on one core); the searches are mostly inside SQLite or PostgreSQL, outside the
+    GIL, as is most of the model's work, so they finish while the embedding runs
+    (BENCHMARKS.md, "Recall stages"). The analysis (one row read, a little Python) goes with
+    them so the embedding starts at once. Bounded: when every worker is busy (many concurrent
+    recalls) the work runs inline, as it did before."""
 
     def __init__(self, workers: int = 4) -> None:
         self.workers = workers
@@ -101,14 +112,14 @@ class Retriever:
         self.s = settings
 
     # -- shared candidate generation -------------------------------------------------------------
-    def _score(self, reader: ExchangeReader, query: str, q: QueryAnalysis, k: int, n_docs: int,
-               clock: _Clock, where: ExchangeFilter | None = None) -> tuple[dict[str, Candidate], dict[str, float]]:
-        """Embed the query, search the four indexes, and return the live candidates with their
-        scores (``scoring.py``, stage by stage) and the topic relevance; ``reader`` holds every
-        exchange read."""
+    def _score(self, reader: ExchangeReader, query: str, k: int, clock: _Clock, where: ExchangeFilter | None = None,
+               ) -> tuple[dict[str, Candidate], dict[str, float], QueryAnalysis, datetime | None]:
+        """Analyse and embed the query, search the four indexes, and return the live candidates
+        with their scores (``scoring.py``, stage by stage), the topic relevance, the query's
+        analysis and the time it was read against; ``reader`` holds every exchange read."""
         store, user_id, w = self.store, reader.user_id, self.s
-        lexical = self._lexical(user_id, q.terms, k, where, clock.timings)
-        wait = _ALONGSIDE.submit(lexical) if q.terms and store.reads_alongside() else lexical
+        reads = self._query_reads(user_id, query, k, where, clock.timings)
+        wait = _ALONGSIDE.submit(reads) if store.reads_alongside() else reads
         qvec = self.embedder.embed_one(query)
         clock.lap("embed")
         dense = store.vector_search(user_id, "exchange", qvec, k, where)
@@ -116,7 +127,8 @@ class Retriever:
         # ranks as its best part; ranks count parts as topics (see resolve_topic_hits).
         tdense = [(tid, r) for tid, _, r in resolve_topic_hits(
             store.vector_search(user_id, "topic", qvec, scoring.TOPIC_DENSE_ROWS)) if r < scoring.TOPIC_RANKS]
-        lex, tlex = wait()
+        now, n_docs, q, lex, tlex, texts = wait()
+        reader.keep_texts(texts)
         clock.lap("indexes")
 
         topic_norm = scoring.topic_relevance(
@@ -132,20 +144,29 @@ class Retriever:
         scoring.feedback(ranking, q.terms, n_docs, w)
         cands = scoring.candidates(ranking, dense, k, w)
         clock.lap("expand")
-        return cands, topic_norm
+        return cands, topic_norm, q, now
 
-    def _lexical(self, user_id: str, terms: tuple[str, ...], k: int, where: ExchangeFilter | None,
-                 timings: dict[str, float]) -> Callable[[], LexicalHits]:
-        """The query's lexical searches (exchanges, topics) as one call; its own duration goes
-        to ``timings["lexical"]`` (it may overlap the embedding: see ``_Alongside``)."""
-        def run() -> LexicalHits:
-            if not terms:
-                return [], []
+    def _query_reads(self, user_id: str, query: str, k: int, where: ExchangeFilter | None,
+                     timings: dict[str, float]) -> Callable[[], QueryReads]:
+        """The query's analysis, lexical searches (exchanges, topics) and the texts of the
+        best exchange hits as one call; their own durations go to ``timings["query"]`` and
+        ``timings["lexical"]`` (they may overlap the embedding: see ``_Alongside``). Only
+        reads go here, no tokenising: what overlaps the embedding for free is the work done
+        outside the GIL (inside SQLite); Python work here slowed the embedding by as much as
+        it took off after it (BENCHMARKS.md, "The whole bench on the merged main")."""
+        def run() -> QueryReads:
             t0 = time.perf_counter()
-            lex = self.store.text_search(user_id, "exchange", terms, k, where)
-            tlex = self.store.text_search(user_id, "topic", terms, scoring.TOPIC_RANKS)
-            timings["lexical"] = (time.perf_counter() - t0) * 1000
-            return lex, tlex
+            now, n_docs = self._now_and_size(user_id)
+            q = analyse(query, now)
+            t1 = time.perf_counter()
+            timings["query"] = (t1 - t0) * 1000
+            if not q.terms:
+                return now, n_docs, q, [], [], {}
+            lex = self.store.text_search(user_id, "exchange", q.terms, k, where)
+            tlex = self.store.text_search(user_id, "topic", q.terms, scoring.TOPIC_RANKS)
+            texts = self.store.exchange_texts(user_id, [i for i, _ in lex[:TEXTS_ALONGSIDE]]) if lex else {}
+            timings["lexical"] = (time.perf_counter() - t1) * 1000
+            return now, n_docs, q, lex, tlex, texts
         return run
 
     def _now_and_size(self, user_id: str) -> tuple[datetime | None, int]:
@@ -204,10 +225,8 @@ class Retriever:
     # -- public operations ------------------------------------------------------------------------
     def search(self, user_id: str, query: str, limit: int, where: ExchangeFilter | None = None,
                min_relevance: float | None = None) -> list[Hit]:
-        now, n_docs = self._now_and_size(user_id)
-        q = analyse(query, now)
         reader = ExchangeReader(self.store, user_id)
-        cands, _ = self._score(reader, query, q, max(limit * 3, self.s.candidates), n_docs, _Clock({}), where)
+        cands, *_ = self._score(reader, query, max(limit * 3, self.s.candidates), _Clock({}), where)
         self._floor(cands, min_relevance)
         ranked = rank_candidates(cands, reader.rows)[:limit]
         full = reader.full([c.ex_id for c in ranked])
@@ -229,12 +248,9 @@ class Retriever:
         t_start = time.perf_counter()
         timings: dict[str, float] = {}
         clock = _Clock(timings)
-        now, n_docs = self._now_and_size(user_id)
-        q = analyse(query, now)
-        clock.lap("query")
         reader = ExchangeReader(self.store, user_id)
         exchanges = reader.rows
-        cands, topic_norm = self._score(reader, query, q, self.s.candidates, n_docs, clock, where)
+        cands, topic_norm, q, now = self._score(reader, query, self.s.candidates, clock, where)
         notes = list(q.notes)
         if planner is not None:  # the optional LLM step: at most one call (retrieve/llm_plan.py)
             before = set(cands)

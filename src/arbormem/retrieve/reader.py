@@ -90,6 +90,11 @@ class ExchangeReader:
             out.update(self.store.exchange_texts(self.user_id, missing))
         return {i: t for i in ids if (t := out.get(i)) is not None}
 
+    def keep_texts(self, texts: dict[str, tuple[str, str]]) -> None:
+        """Texts read elsewhere (``exchange_texts`` rows of this user) for ``texts`` to use."""
+        for i, t in texts.items():
+            self._texts.setdefault(i, t)
+
     def by_seq(self, seqs: Sequence[int], where: ExchangeFilter | None) -> list[ExchangeHead]:
         """Heads of the exchanges at these sequence numbers (not kept: the caller decides)."""
         return self.store.heads_by_seq(self.user_id, seqs, where) if seqs else []

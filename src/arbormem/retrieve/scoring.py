@@ -108,13 +108,6 @@ def standardise(ranked: list[tuple[str, float]]) -> tuple[dict[str, float], floa
     return z, (float(values.min()) - mu) / sd
 
 
-def _seq(exchanges: Mapping[str, Exchange | ExchangeHead], ex_id: str) -> int:
-    """Tie-break key: equal scores rank in conversation order. (Ids are random, so ordering
-    ties by id made recall differ between identical runs.)"""
-    ex = exchanges.get(ex_id)
-    return ex.seq if ex is not None else 0
-
-
 def ranked_ids(scores: Mapping[str, float], exchanges: Mapping[str, Exchange | ExchangeHead]) -> list[str]:
     """Ids best first (ties in conversation order), those with a known exchange."""
     # (Sorting key tuples built in one pass: a key function per item cost more than the sort.
@@ -131,7 +124,10 @@ def rank_candidates(cands: Mapping[str, Candidate],
     if not values:
         return []
     score = np.fromiter((c.score for c in values), dtype=np.float64, count=len(values))
-    seq = np.fromiter((_seq(exchanges, i) for i in cands), dtype=np.int64, count=len(values))
+    # Ties in conversation order (ids are random: ordering ties by id made recall differ
+    # between identical runs); an unknown exchange sorts as sequence 0.
+    get = exchanges.get
+    seq = np.fromiter((ex.seq if (ex := get(i)) is not None else 0 for i in cands), dtype=np.int64, count=len(values))
     # lexsort is stable: equal (score, seq) keep their ``cands`` order, as the former
     # (score, seq, position) tuples did.
     return [values[n] for n in np.lexsort((seq, -score)).tolist()]

@@ -305,6 +305,12 @@ class Store(ABC):
         """The user's nodes with these ids, as heads (stores may override cheaply)."""
         return {i: r.head() for i, r in self.get_topics(user_id, ids).items()}
 
+    def topic_links(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """The consolidation links (``meta.links``) of the user's topics among ``ids``, by id
+        (others' and unknown ids are left out). Recall follows the links of its strongest
+        topics on every query; stores may override this default, which reads whole records."""
+        return {i: tuple(r.meta.links) for i, r in self.get_topics(user_id, ids).items()}
+
     @abstractmethod
     def list_topics(self, user_id: str, parent_id: str | None | Literal["*"] = "*") -> list[TopicRecord]:
         """The user's topics; ``parent_id=None`` gives the top level, ``"*"`` all of them."""
