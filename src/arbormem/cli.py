@@ -560,5 +560,8 @@ if __name__ == "__main__":  # pragma: no cover
     from arbormem.cli import main as _main
 
     _main()
-else:
+elif __name__ != "__mp_main__":
+    # A process that multiprocessing spawns (the bench's children) re-runs the parent's
+    # ``__main__`` as ``__mp_main__``: under ``python -m arbormem.cli`` that is this file,
+    # and registering from that copy would import the subcommand modules mid-way, as above.
     _register_subcommands()
