@@ -30,6 +30,7 @@ rest; a pruned hint only costs the capital.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -757,17 +758,22 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
     if not ranked:
         return UNTITLED
     if avoid:
+        # Only the first _PICK_DEPTH phrases left matter to _pick: render no more than that
+        # (a topic under a theme is titled this way on every exchange while it is small).
         said = {a.lower() for a in avoid}
-        other = [r for r in ranked if pool.render(r[1]).lower() not in said]
-        if other and len(other) < len(ranked):
-            return pool.render(_pick(other))
+        other = list(itertools.islice((r for r in ranked if pool.render(r[1]).lower() not in said), _PICK_DEPTH))
+        ranked = other or ranked
     return pool.render(_pick(ranked))
+
+
+#: How many of the best-ranked phrases ``_pick`` looks at.
+_PICK_DEPTH = 8
 
 
 def _pick(ranked: list[tuple[float, str]]) -> str:
     """The best-scored phrase, unless a longer phrase holding it is nearly as good."""
     best = ranked[0][1]
-    for score, key in ranked[1:8]:
+    for score, key in ranked[1:_PICK_DEPTH]:
         if score >= 0.8 * ranked[0][0] and f" {best} " in f" {key} " \
                 and len(key) <= MAX_TITLE_CHARS:
             return key

@@ -423,7 +423,7 @@ class TreeSession:
         cosine between any two of the user's exchanges (from the root's vector sum: O(1)).
 
         Why: in a memory where everything is somewhat alike (two friends catching up, one
-        household's chat; LoCoMo's background is 0.31), every topic passed 0.25 and the whole
+        household's chat; LoCoMo's background is 0.46), every topic passed 0.25 and the whole
         conversation became one theme. The subject histories' background is 0.07-0.10, so
         the absolute threshold still decides there. The mean counts pairs within a topic too,
         which lifts it while a memory holds few topics: a young memory forms themes less
