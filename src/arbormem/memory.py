@@ -531,8 +531,9 @@ class Memory:
                               limit=v.integer(limit, "limit", 1, 100_000))
 
     def undo(self, change_id: str, *, user_id: str | None = None) -> Change:
-        """Reverse a logged merge, archive, dedup, supersession or link; returns the undo's
-        own log entry. A merge is restored with the absorbed topic's original id."""
+        """Reverse a logged merge, archive, dedup, supersession, link or short topic's move
+        (``rehome``); returns the undo's own log entry. A merge is restored with the absorbed
+        topic's original id; an undone move leaves the topic at the top level for good."""
         if user_id is not None:
             self._await(v.user_id(user_id))
         return undo(self.store, v.item_id(change_id, "change_id"), self.settings.tree,

@@ -10,7 +10,8 @@
   sessions (a JSON list of ``{"name", "exchanges": [{"session", "at", "user", "assistant",
   "subject"}]}``): V-measure of top-level branches against subjects, themes that mix
   subjects, the share of consecutive exchanges within one visit to a subject that share a
-  topic, number-only title words, topics titled as their theme; and prints the tree.
+  topic, number-only title words, topics titled as their theme, the V-measure and mixed
+  branches again after a consolidation run; and prints the tree as placed.
 """
 
 from __future__ import annotations
@@ -154,13 +155,15 @@ def eval_subjects(files: Sequence[str], mem: Memory) -> dict[str, Any]:
             added = mem.add_many(items, user_id=uid)
             topic_of = {e.id: e.topic_id for e in mem.exchanges(user_id=uid)}
             root = mem.tree(user_id=uid)
-            top_of = _top_level_of(root)
             subjects = [str(x["subject"]) for x in rows]
             leaves = [topic_of[e.id] or "" for e in added]
-            tops = [top_of.get(t, t) for t in leaves]
-            hom, com, v = sm.v_measure(subjects, tops)
-            mixed = [b for b in set(tops) if len({s for s, t in zip(subjects, tops, strict=True) if t == b
-                                                 and not s.startswith("misc")}) > 1]
+            hom, com, v, mixed = _grouping(root, subjects, leaves)
+            # The same after a consolidation run (docs/tree.md, "Short returns"): what a user
+            # sees once the organiser has tidied the tree.
+            mem.consolidate(uid)
+            topic_of = {e.id: e.topic_id for e in mem.exchanges(user_id=uid)}
+            after = mem.tree(user_id=uid)
+            _, _, v_after, mixed_after = _grouping(after, subjects, [topic_of[e.id] or "" for e in added])
             same = total = 0
             for i in range(1, len(rows)):
                 a, b = rows[i - 1], rows[i]
@@ -176,7 +179,9 @@ def eval_subjects(files: Sequence[str], mem: Memory) -> dict[str, Any]:
                 "themes": sum(1 for n in nodes if n.kind == "theme"),
                 "v_measure": v, "homogeneity": hom, "completeness": com,
                 "leaf_v_measure": sm.v_measure(subjects, leaves)[2],
-                "mixed_top_level": len(mixed), "visit_share": same / total if total else 1.0,
+                "mixed_top_level": mixed, "visit_share": same / total if total else 1.0,
+                "consolidated": {"v_measure": v_after, "mixed_top_level": mixed_after,
+                                 "top_level": len(after.children)},
                 "number_only_titles": sum(1 for t in titles if number_only_words(t)),
                 "repeated_titles": sum(1 for n in nodes for c in n.children
                                        if n.kind == "theme" and c.title.lower() == n.title.lower()),
@@ -185,6 +190,17 @@ def eval_subjects(files: Sequence[str], mem: Memory) -> dict[str, Any]:
             })
             mem.delete_user(uid)
     return {"files": list(files), "histories": histories}
+
+
+def _grouping(root: Topic, subjects: list[str], leaves: list[str]) -> tuple[float, float, float, int]:
+    """Homogeneity, completeness and V-measure of the top-level branches against the
+    subjects, and how many branches mix subjects (the "misc" one-offs aside)."""
+    top_of = _top_level_of(root)
+    tops = [top_of.get(t, t) for t in leaves]
+    hom, com, v = sm.v_measure(subjects, tops)
+    mixed = [b for b in set(tops) if len({s for s, t in zip(subjects, tops, strict=True) if t == b
+                                         and not s.startswith("misc")}) > 1]
+    return hom, com, v, len(mixed)
 
 
 def _top_level_of(root: Topic) -> dict[str, str]:
@@ -215,19 +231,22 @@ def render_tree(root: Topic, subjects_of: dict[str, Counter[str]] | None = None)
 def format_subjects(rep: dict[str, Any], *, trees: bool = True) -> str:
     lines = ["| history | exchanges | subjects | top-level branches | topics | themes | top-level V | "
              "homogeneity | completeness | mixed branches | visit share | number-only titles | "
-             "titles repeating their theme's |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "titles repeating their theme's | after consolidation: top-level V | mixed |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for h in rep["histories"]:
         lines.append(f"| {h['name']} | {h['exchanges']} | {h['subjects']} | {h['top_level']} | {h['topics']} | "
                      f"{h['themes']} | {h['v_measure']:.3f} | {h['homogeneity']:.3f} | {h['completeness']:.3f} | "
                      f"{h['mixed_top_level']} | {h['visit_share']:.2f} | {h['number_only_titles']} | "
-                     f"{h['repeated_titles']} |")
+                     f"{h['repeated_titles']} | {h['consolidated']['v_measure']:.3f} | "
+                     f"{h['consolidated']['mixed_top_level']} |")
     hs = rep["histories"]
     if hs:
         lines.append(f"| mean | | | | | | {np.mean([h['v_measure'] for h in hs]):.3f} | "
                      f"{np.mean([h['homogeneity'] for h in hs]):.3f} | {np.mean([h['completeness'] for h in hs]):.3f} | "
                      f"{sum(h['mixed_top_level'] for h in hs)} | {np.mean([h['visit_share'] for h in hs]):.2f} | "
-                     f"{sum(h['number_only_titles'] for h in hs)} | {sum(h['repeated_titles'] for h in hs)} |")
+                     f"{sum(h['number_only_titles'] for h in hs)} | {sum(h['repeated_titles'] for h in hs)} | "
+                     f"{np.mean([h['consolidated']['v_measure'] for h in hs]):.3f} | "
+                     f"{sum(h['consolidated']['mixed_top_level'] for h in hs)} |")
     if trees:
         for h in hs:
             lines += ["", f"{h['name']}:", h["tree"]]

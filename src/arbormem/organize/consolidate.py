@@ -80,6 +80,7 @@ class ConsolidationOptions:
     dedup: bool = True
     supersede: bool = True
     tags: bool = True
+    short: bool = True                       # short topics alone at the top level join their branch
     batch: int = 200                         # exchanges per write transaction
     vector_scan: int = 200                   # newest new exchanges checked for near-duplicates
 
@@ -211,7 +212,8 @@ def consolidate(
     t0 = time.perf_counter()
     calls_before = llm.total_calls if llm is not None else 0
     counts: dict[str, int] = dict.fromkeys(
-        ("candidates", "merged", "linked", "archived", "superseded", "deduplicated", "tagged", "skipped", "vetoed"), 0)
+        ("candidates", "merged", "linked", "archived", "superseded", "deduplicated", "tagged", "rehomed", "skipped",
+         "vetoed"), 0)
     changes: list[str] = []
     notes: list[str] = []
     newest = store.list_exchanges(user_id, limit=1, newest_first=True)
@@ -221,6 +223,8 @@ def consolidate(
     if opts.merge or opts.link:
         again = _merge_and_link(store, user_id, settings, llm, opts, thr, counts, changes, st)
         _save_state(store, user_id, topics=high, dirty=sorted(again))
+    if opts.short:
+        _short_pass(store, user_id, settings, counts, changes)
     if opts.archive or opts.dedup or opts.supersede:
         _exchanges_pass(store, user_id, opts, thr, counts, changes, st.exchanges)
         _save_state(store, user_id, exchanges=high)
@@ -348,6 +352,32 @@ def _merge_and_link(store: Store, user_id: str, settings: TreeSettings, llm: Any
                 store.put_topic(node)
     return again
 
+
+
+def _short_pass(store: Store, user_id: str, settings: TreeSettings, counts: dict[str, int],
+                changes: list[str]) -> None:
+    """Short returns go home: each closed topic (or small theme) of at most ``small_topic``
+    exchanges alone at the top level joins the bigger branch it relates to best (``TreeSession.home_short``;
+    docs/tree.md, "Short returns"). Runs on the grown tree, after merging; the top level is
+    bounded (``root_children``), so the pass reads little. Each move is logged and undoable."""
+    if settings.small_topic <= 0 or settings.small_topic_slack <= 0:
+        return
+    with store.transaction(user_id):
+        tree = TreeSession(store, user_id, settings)
+        current = tree.root.meta.current
+        short = [c for c in tree.children(tree.root)
+                 if c.frozen and c.id != current and not c.meta.stays
+                 and 0 < c.size <= settings.small_topic]
+        for leaf in short:
+            moved = tree.home_short(leaf)
+            if moved is None:
+                continue
+            parent, link, at = moved
+            changes.append(store.log_change(user_id, "rehome", leaf.id, {
+                "from": tree.root.id, "to": parent.id, "link": round(link, 4), "threshold": round(at, 4),
+                "reason": "a short topic alone at the top level joins the branch it relates to"}))
+            counts["rehomed"] += 1
+        tree.flush()
 
 
 # Long: plan (archive, dedup, supersede) over batches without a transaction, then apply the

@@ -16,7 +16,8 @@ class ConsolidationReport(Serializable):
     """What one ``consolidate`` run did for one user.
 
     ``merged``/``linked`` count topic pairs; ``archived``/``deduplicated``/``superseded``
-    count exchanges; ``tagged`` counts topics whose tags were (re)normalised; ``skipped``
+    count exchanges; ``tagged`` counts topics whose tags were (re)normalised; ``rehomed`` counts short topics moved from the
+    top level into the branch they relate to (docs/tree.md, "Short returns"); ``skipped``
     counts merge candidates kept apart (veto, changed while the LLM was thinking, size cap);
     ``changes`` are the ids of the change-log rows written (each one ``undo``-able when it is
     a merge or an archive). ``duration`` is in seconds.
@@ -30,6 +31,7 @@ class ConsolidationReport(Serializable):
     superseded: int = 0
     deduplicated: int = 0
     tagged: int = 0
+    rehomed: int = 0
     skipped: int = 0
     vetoed: int = 0
     llm_calls: int = 0

@@ -492,6 +492,48 @@ class TreeSession:
         self._move_subtree(leaf, new_parent)
         self.bound_fanout(new_parent, leaf.created_seq)
 
+    def home_short(self, leaf: TopicRecord) -> tuple[TopicRecord, float, float] | None:
+        """Consolidation's short-returns step: a closed topic (or small theme) of at most
+        ``small_topic`` exchanges alone at the top level joins the bigger top-level branch it relates to best,
+        when the average link reaches ``small_topic_slack`` below the theme threshold; under a
+        theme it goes to the sub-theme it relates to best, beside a lone topic the two become a
+        theme. Returns (its new parent, the link, the threshold), or None when it stays.
+
+        Why a lower threshold, and only afterwards: a brief return to a subject ("the car has a
+        slight oil leak") links weakly on average to that subject's many, varied exchanges, so
+        placement left it beside the subject as a one-exchange branch. Judged on the grown
+        tree, the subject it relates to best is usually its own (docs/tree.md, "Short
+        returns"); judged while placing, before the subject's branch had grown, a lower
+        threshold let early short topics pull unrelated subjects together."""
+        if leaf.kind == "root" or leaf.parent_id != self.root.id or leaf.vec_sum is None \
+                or not 0 < leaf.size <= self.s.small_topic or self.s.small_topic_slack <= 0:
+            return None
+        big = [(c, c.vec_sum) for c in self.children(self.root)
+               if c.id != leaf.id and c.size > self.s.small_topic and c.vec_sum is not None]
+        if not big:
+            return None
+        mat = np.stack([v for _, v in big]).astype(np.float64)
+        links = (mat @ leaf.vec_sum.astype(np.float64)) / (leaf.size * np.array([c.size for c, _ in big], dtype=np.float64))
+        j = int(np.argmax(links))
+        at = self._theme_at() - self.s.small_topic_slack
+        link = float(links[j])
+        if link < at:
+            return None
+        target = big[j][0]
+        if target.kind == "theme":
+            shape = self._shapes([target.id])[target.id]
+            parent = self.get(self._descend(leaf.vec_sum, leaf.size, shape, at)) or target
+        else:
+            parent = self._pair_theme(target)
+        self._move_subtree(leaf, parent)
+        self.bound_fanout(parent, leaf.created_seq)
+        return parent, link, at
+
+    def to_top(self, node: TopicRecord) -> None:
+        """Move a node back to the top level (undoing ``home_short``)."""
+        if node.parent_id != self.root.id:
+            self._move_subtree(node, self.root)
+
     def _move_subtree(self, node: TopicRecord, new_parent: TopicRecord) -> None:
         """Move a node (with its aggregates) under another parent, keeping every ancestor's
         sums, spans and sizes right on both paths."""
@@ -921,32 +963,40 @@ class TreeSession:
         """A noun phrase from the node's own text (organize/labels.py); a theme's names what
         its children share. Nodes stored before phrase counters existed fall back to their
         keywords until ``arbormem rebuild-tree``."""
+        parent = self.get(node.parent_id) if node.parent_id else None
+        avoid = [parent.title] if parent is not None and parent.kind == "theme" and parent.title else []
+        phrases = node.meta.phrases
         if node.kind == "theme":
             children = self.children(node)
             kids = [k.meta.phrases for k in children]
             if any(kids):
-                return labels.theme_title(kids, df, n_docs, members=node.size,
-                                          avoid=[k.title for k in children if k.title])
-        phrases = node.meta.phrases
+                title = labels.theme_title(kids, df, n_docs, members=node.size,
+                                           avoid=[k.title for k in children if k.title])
+                # A sub-theme titled as the theme above it takes its own next phrase instead
+                # (none of its children's either).
+                if not (avoid and phrases and title.lower() == avoid[0].lower()):
+                    return title
+                avoid += [k.title for k in children if k.title]
         if phrases:
-            parent = self.get(node.parent_id) if node.parent_id else None
-            avoid = [parent.title] if parent is not None and parent.kind == "theme" and parent.title else []
             return labels.make_title(phrases, df, n_docs, members=node.size, avoid=avoid)
         return make_title(node.keywords)
 
     def _unrepeat(self, theme: TopicRecord, df: Mapping[str, int], n_docs: int) -> list[TopicRecord]:
-        """Children (topics, offline titles) whose title is the theme's new one, retitled with
-        their next phrase: a topic titled as its theme says nothing of what sets it apart.
+        """Children (topics and sub-themes, offline titles) whose title is the theme's new one,
+        retitled with their next phrase: a node titled as its theme says nothing of what sets
+        it apart.
         (A child titled after its theme avoids the theme's title in ``_title``; this handles
         the theme being titled after its children, as flush does, deepest first.)"""
         out = []
         for kid in self.children(theme):
-            if kid.kind != "topic" or llm_labelled(kid) or not kid.meta.phrases \
+            if kid.kind == "root" or llm_labelled(kid) or not kid.meta.phrases \
                     or kid.title.lower() != theme.title.lower():
                 continue
             words = labels.phrase_words(kid.meta.phrases)
             known = {**df, **self.store.get_term_df(self.user_id, [w for w in words if w not in df])}
-            title = labels.make_title(kid.meta.phrases, known, n_docs, members=kid.size, avoid=[theme.title])
+            avoid = [theme.title, *(k.title for k in self.children(kid) if k.title)] if kid.kind == "theme" \
+                else [theme.title]
+            title = labels.make_title(kid.meta.phrases, known, n_docs, members=kid.size, avoid=avoid)
             if title != kid.title:
                 kid.title = title
                 out.append(kid)

@@ -1,5 +1,5 @@
-"""Undo and history of the organiser's changes: every merge, archive, dedup, supersession and
-link is logged with what it takes to reverse it (``undo_change``)."""
+"""Undo and history of the organiser's changes: every merge, archive, dedup, supersession,
+link and short topic's move is logged with what it takes to reverse it (``undo_change``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .merge import set_links, unmerge
 from .tree import TreeSession
 
 #: Change-log actions that ``undo_change`` can reverse.
-UNDOABLE = frozenset({"merge", "archive", "dedup", "supersede", "link"})
+UNDOABLE = frozenset({"merge", "archive", "dedup", "supersede", "link", "rehome"})
 
 
 def find_change(store: Store, user_id: str, change_id: str, scan: int = 100_000) -> ChangeRecord | None:
@@ -27,7 +27,8 @@ def is_undone(store: Store, user_id: str, change_id: str) -> bool:
 
 
 def undo_change(store: Store, user_id: str, change: ChangeRecord, settings: TreeSettings) -> str:
-    """Reverse one logged merge, archive, dedup, supersession or link; returns the undo's id."""
+    """Reverse one logged merge, archive, dedup, supersession, link or short topic's move
+    (``rehome``); returns the undo's id."""
     if change.action not in UNDOABLE:
         raise StateError(f"a {change.action!r} change cannot be undone")
     if is_undone(store, user_id, change.id):
@@ -56,6 +57,16 @@ def undo_change(store: Store, user_id: str, change: ChangeRecord, settings: Tree
                 nm = ExchangeMarks.of(newer.metadata)
                 nm = dataclasses.replace(nm, supersedes=tuple(i for i in nm.supersedes if i != change.target_id))
                 store.update_exchange(dataclasses.replace(newer, metadata=nm.apply(newer.metadata)))
+        elif change.action == "rehome":
+            # Back to the top level, and kept there: the next run must not move it again.
+            tree = TreeSession(store, user_id, settings)
+            leaf = tree.get(change.target_id)
+            if leaf is None:
+                raise NotFoundError(f"topic {change.target_id} no longer exists")
+            tree.to_top(leaf)
+            leaf.meta.stays = True
+            tree.touch(leaf, summarise=False)
+            tree.flush()
         elif change.action == "link":
             tree = TreeSession(store, user_id, settings)
             a, b = tree.get(d["a"]), tree.get(d["b"])

@@ -110,6 +110,7 @@ class TopicMeta:
     tags: list[str] = field(default_factory=list)
     tags_size: int | None = None        # size at which ``tags`` were normalised
     consolidated: RunMarks | None = None  # (root) the run's watermarks
+    stays: bool = False                 # a short topic whose move was undone: left where it is
     # -- recall modes (organize/reading.py)
     recall_mode: str = "active"
     passive: list[str] = field(default_factory=list)    # (root) topics pinned passive/both
@@ -153,6 +154,7 @@ class TopicMeta:
             tags=_strs(r.pop("tags", None)),
             tags_size=_int(r.pop("tags_size", None)),
             consolidated=RunMarks.decode(r.pop("consolidated")) if "consolidated" in r else None,
+            stays=r.pop("stays", False) is True,
             recall_mode=_str(r.pop("recall_mode", None)) or "active",
             passive=_strs(r.pop("passive", None)),
             segmented_through=_int(r.pop("segmented_through", None)) or 0,
