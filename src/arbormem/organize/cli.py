@@ -72,7 +72,8 @@ def consolidate_command(db: str | None, user_id: str | None, embedder: str | Non
                 click.echo(_line("after:", after))
                 click.echo(f"merged {report.merged}, linked {report.linked}, archived {report.archived}, "
                            f"deduplicated {report.deduplicated}, superseded {report.superseded}, "
-                           f"tagged {report.tagged}, vetoed {report.vetoed}, skipped {report.skipped}, "
+                           f"tagged {report.tagged}, short topics moved home {report.rehomed}, "
+                           f"vetoed {report.vetoed}, skipped {report.skipped}, "
                            f"LLM calls {report.llm_calls}, {report.duration:.2f}s "
                            f"(undo any change: Memory.undo(change_id); Memory.history(id))")
             if as_json:
