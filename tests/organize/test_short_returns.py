@@ -1,7 +1,7 @@
 """Consolidation's short-returns pass (docs/tree.md, "Short returns"): a one-to-three exchange
 topic that placement left alone at the top level joins the branch of its subject; the move is
-logged, undoable, and an undone move is not made again. Real MiniLM, a real SQLite file, one
-of our subject histories (benchmarks/data/subjects_dev.json)."""
+logged, undoable, and an undone move is not made again. Real MiniLM, a real SQLite file and a
+real PostgreSQL, one of our subject histories (benchmarks/data/subjects_dev.json)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,12 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from arbormem import Memory
 from arbormem.eval import segmetrics as sm
+
+from .conftest import check_tree
 
 HISTORIES = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "subjects_dev.json"
 
@@ -25,9 +29,17 @@ def _branches(mem: Memory) -> dict[str, str]:
     return {e.id: top_of[e.topic_id] for e in mem.exchanges(user_id="u") if e.topic_id}
 
 
-def test_short_returns_join_their_subject_and_an_undone_move_stays_undone(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_short_returns_join_their_subject_and_an_undone_move_stays_undone(  # type: ignore[no-untyped-def]
+        tmp_path, minilm, backend, request) -> None:
     rows = _history("Tom")
-    with Memory(tmp_path / "m.db", embedder=minilm) as mem:
+    if backend == "postgres":
+        from arbormem.store.postgres import PostgresStore
+
+        opened = Memory(store=PostgresStore(request.getfixturevalue("pg_database"), max_size=4), embedder=minilm)
+    else:
+        opened = Memory(tmp_path / "m.db", embedder=minilm)
+    with opened as mem:
         added = mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
                                             {"role": "assistant", "content": x["assistant"]}],
                                "session_id": x["session"], "at": x["at"]} for x in rows], user_id="u")
@@ -60,6 +72,7 @@ def test_short_returns_join_their_subject_and_an_undone_move_stays_undone(tmp_pa
         v_after = sm.v_measure(labels, [after[e.id] for e in added])[2]
         assert v_after > v_before
         assert sorted(after) == sorted(before)  # every exchange kept, each in one branch
+        check_tree(mem, "u")  # aggregates, spans and indexes exact after the moves
 
         # Undo one move: the topic is back at the top level, and the next run leaves it there.
         moved = moves[0]
@@ -68,4 +81,5 @@ def test_short_returns_join_their_subject_and_an_undone_move_stays_undone(tmp_pa
         again = mem.consolidate("u")
         assert mem.topic(moved.target_id, user_id="u").parent_id == mem.tree(user_id="u").id
         assert again.rehomed == 0
+        check_tree(mem, "u")
         assert mem.history(moved.target_id, user_id="u")
