@@ -83,3 +83,39 @@ def test_short_returns_join_their_subject_and_an_undone_move_stays_undone(  # ty
         assert again.rehomed == 0
         check_tree(mem, "u")
         assert mem.history(moved.target_id, user_id="u")
+
+
+LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "30.json"
+
+
+@pytest.mark.skipif(not LOCOMO.exists(), reason="../shared/data/locomo not beside the checkout")
+def test_namesakes_at_the_top_level_become_one_branch(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    # A chat between two friends: every exchange is alike (background ~0.46 with MiniLM), so
+    # two sessions on one subject are placed as two top-level topics with the same title.
+    from arbormem.eval.locomo import load_conversations
+    from arbormem.eval.runner import ingest_conversation
+    from arbormem.organize.labels import title_key
+
+    conv = load_conversations([LOCOMO])[0]
+    with Memory(tmp_path / "m.db", embedder=minilm) as mem:
+        ingest_conversation(mem, conv, "u")
+
+        def namesakes() -> list[list[str]]:
+            by: dict[str, list[str]] = {}
+            for b in mem.tree(user_id="u").children:
+                by.setdefault(title_key(b.title), []).append(b.id)
+            return [ids for ids in by.values() if len(ids) > 1]
+
+        twins = namesakes()
+        assert twins, [b.title for b in mem.tree(user_id="u").children]
+        exchanges = {e.id for e in mem.exchanges(user_id="u")}
+        mem.consolidate("u")
+        moves = [c for c in mem.store.list_changes("u", limit=500)
+                 if c.action == "rehome" and c.detail["reason"].startswith("titled as")]
+        assert moves
+        for c in moves:
+            assert c.detail["link"] >= c.detail["threshold"]  # no less related than any two exchanges
+            assert mem.topic(c.target_id, user_id="u").parent_id == c.detail["to"]
+        assert len(namesakes()) < len(twins)
+        assert {e.id for e in mem.exchanges(user_id="u")} == exchanges
+        check_tree(mem, "u")

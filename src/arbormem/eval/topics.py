@@ -31,6 +31,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..memory import Memory
 from ..models import Topic
+from ..organize.labels import title_key
 from . import segmetrics as sm
 
 
@@ -184,7 +185,7 @@ def eval_subjects(files: Sequence[str], mem: Memory) -> dict[str, Any]:
                                  "top_level": len(after.children)},
                 "number_only_titles": sum(1 for t in titles if number_only_words(t)),
                 "repeated_titles": sum(1 for n in nodes for c in n.children
-                                       if n.kind == "theme" and c.title.lower() == n.title.lower()),
+                                       if n.kind == "theme" and title_key(c.title) == title_key(n.title)),
                 "tree": render_tree(root, {t: Counter(s for s, lf in zip(subjects, leaves, strict=True) if lf == t)
                                            for t in set(leaves)}),
             })

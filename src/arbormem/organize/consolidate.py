@@ -80,7 +80,7 @@ class ConsolidationOptions:
     dedup: bool = True
     supersede: bool = True
     tags: bool = True
-    short: bool = True                       # short topics alone at the top level join their branch
+    short: bool = True                       # top-level strays join their branch (namesakes, short topics)
     batch: int = 200                         # exchanges per write transaction
     vector_scan: int = 200                   # newest new exchanges checked for near-duplicates
 
@@ -356,27 +356,35 @@ def _merge_and_link(store: Store, user_id: str, settings: TreeSettings, llm: Any
 
 def _short_pass(store: Store, user_id: str, settings: TreeSettings, counts: dict[str, int],
                 changes: list[str]) -> None:
-    """Short returns go home: each closed topic (or small theme) of at most ``small_topic``
-    exchanges alone at the top level joins the bigger branch it relates to best (``TreeSession.home_short``;
-    docs/tree.md, "Short returns"). Runs on the grown tree, after merging; the top level is
+    """Top-level strays go home: a node titled as a bigger top-level branch joins it when no
+    less related than any two exchanges (``TreeSession.home_namesake``); then each closed
+    topic (or small theme) of at most ``small_topic`` exchanges alone at the top level joins
+    the bigger branch it relates to best (``TreeSession.home_short``; docs/tree.md, "Short
+    returns"). Runs on the grown tree, after merging; the top level is
     bounded (``root_children``), so the pass reads little. Each move is logged and undoable."""
-    if settings.small_topic <= 0 or settings.small_topic_slack <= 0:
-        return
     with store.transaction(user_id):
         tree = TreeSession(store, user_id, settings)
         current = tree.root.meta.current
-        short = [c for c in tree.children(tree.root)
-                 if c.frozen and c.id != current and not c.meta.stays
-                 and 0 < c.size <= settings.small_topic]
-        for leaf in short:
-            moved = tree.home_short(leaf)
-            if moved is None:
-                continue
-            parent, link, at = moved
-            changes.append(store.log_change(user_id, "rehome", leaf.id, {
-                "from": tree.root.id, "to": parent.id, "link": round(link, 4), "threshold": round(at, 4),
-                "reason": "a short topic alone at the top level joins the branch it relates to"}))
-            counts["rehomed"] += 1
+
+        def movable(c: TopicRecord) -> bool:
+            return c.frozen and c.id != current and not c.meta.stays
+
+        steps = ((tree.home_namesake, "titled as a bigger top-level branch and no less related than any two exchanges",
+                  lambda c: movable(c)),
+                 (tree.home_short, "a short topic alone at the top level joins the branch it relates to",
+                  lambda c: movable(c) and 0 < c.size <= settings.small_topic))
+        for step, why, eligible in steps:
+            for node in [c for c in tree.children(tree.root) if eligible(c)]:
+                if node.parent_id != tree.root.id:  # moved already by this pass
+                    continue
+                moved = step(node)
+                if moved is None:
+                    continue
+                parent, link, at = moved
+                changes.append(store.log_change(user_id, "rehome", node.id, {
+                    "from": tree.root.id, "to": parent.id, "link": round(link, 4), "threshold": round(at, 4),
+                    "reason": why}))
+                counts["rehomed"] += 1
         tree.flush()
 
 

@@ -611,6 +611,13 @@ def _singular(word: str) -> str:
     return word
 
 
+def title_key(title: str) -> str:
+    """What two titles a reader takes for the same are equal under: case, possessives and
+    plurals aside ("Dreams" and "Dream", "Leo's mum" and "Leo mum")."""
+    words = title.lower().replace("\u2019", "'").replace("'s ", " ").removesuffix("'s").split()
+    return " ".join(_singular(w) for w in words)
+
+
 @functools.lru_cache(maxsize=65_536)
 def _pool_key(key: str) -> str:
     head, _, last = key.rpartition(" ")
@@ -760,8 +767,8 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
     if avoid:
         # Only the first _PICK_DEPTH phrases left matter to _pick: render no more than that
         # (a topic under a theme is titled this way on every exchange while it is small).
-        said = {a.lower() for a in avoid}
-        other = list(itertools.islice((r for r in ranked if pool.render(r[1]).lower() not in said), _PICK_DEPTH))
+        said = {title_key(a) for a in avoid}
+        other = list(itertools.islice((r for r in ranked if title_key(pool.render(r[1])) not in said), _PICK_DEPTH))
         ranked = other or ranked
     return pool.render(_pick(ranked))
 

@@ -428,13 +428,19 @@ class TreeSession:
         the absolute threshold still decides there. The mean counts pairs within a topic too,
         which lifts it while a memory holds few topics: a young memory forms themes less
         readily, and its lone topics pair later as related ones arrive (docs/tree.md)."""
+        background = self._background()
+        if background is None:
+            return self.s.theme_threshold
+        return max(self.s.theme_threshold, background + self.s.theme_margin)
+
+    def _background(self) -> float | None:
+        """The mean cosine between two of the user's exchanges (None below two), O(1)."""
         root = self.root
         n = root.size
         if root.vec_sum is None or n < 2:
-            return self.s.theme_threshold
+            return None
         total = float(root.vec_sum @ root.vec_sum)  # n (self-pairs) + the cosine of every ordered pair
-        background = (total - n) / (n * (n - 1))
-        return max(self.s.theme_threshold, background + self.s.theme_margin)
+        return (total - n) / (n * (n - 1))
 
     def _descend(self, vsum: np.ndarray, n: int, theme: TopicShape, at: float) -> str:
         """Within a subject theme, the sub-theme the run relates to best (while related)."""
@@ -527,6 +533,43 @@ class TreeSession:
             parent = self._pair_theme(target)
         self._move_subtree(leaf, parent)
         self.bound_fanout(parent, leaf.created_seq)
+        return parent, link, at
+
+    def home_namesake(self, node: TopicRecord) -> tuple[TopicRecord, float, float] | None:
+        """Consolidation's namesakes step: a top-level node titled as another, bigger (or as big
+        and older) top-level node joins it when their average link is at least the user's
+        background, the mean link between any two of their exchanges (and at least the short
+        returns' threshold, ``theme_threshold - small_topic_slack``). Returns (its new parent,
+        the link, the threshold), or None when it stays.
+
+        Why: in a memory where everything is alike (two friends catching up: LoCoMo's
+        background is 0.46 with MiniLM) the vectors cannot tell two sessions on one subject
+        from two subjects, and the top level read "Mental health", ..., "Mental health". Two
+        branches whose best phrase is the same and which are no less related than any two
+        exchanges are what a reader takes for one subject (docs/tree.md, "Short returns").
+        Only at the top level and only between two nodes: placement-time grouping by equal
+        phrases re-created one-theme blobs where one word dominates a conversation."""
+        if node.parent_id != self.root.id or node.vec_sum is None or node.size <= 0 or not node.title:
+            return None
+        key = labels.title_key(node.title)
+        order = (node.size, -node.created_seq)
+        peers = [c for c in self.children(self.root)
+                 if c.id != node.id and c.vec_sum is not None and c.size > 0 and c.title
+                 and labels.title_key(c.title) == key and (c.size, -c.created_seq) > order]
+        if not peers:
+            return None
+        background = self._background()
+        if background is None:
+            return None
+        # Never below a short return's threshold either: a memory configured without themes
+        # (a theme threshold out of reach) gets none this way.
+        at = max(background, self.s.theme_threshold - self.s.small_topic_slack)
+        link, target = max(((self._link(node.vec_sum, node.size, c), c) for c in peers), key=lambda p: (p[0], p[1].id))
+        if link < at:
+            return None
+        parent = target if target.kind == "theme" else self._pair_theme(target)
+        self._move_subtree(node, parent)
+        self.bound_fanout(parent, node.created_seq)
         return parent, link, at
 
     def to_top(self, node: TopicRecord) -> None:
@@ -974,7 +1017,7 @@ class TreeSession:
                                            avoid=[k.title for k in children if k.title])
                 # A sub-theme titled as the theme above it takes its own next phrase instead
                 # (none of its children's either).
-                if not (avoid and phrases and title.lower() == avoid[0].lower()):
+                if not (avoid and phrases and labels.title_key(title) == labels.title_key(avoid[0])):
                     return title
                 avoid += [k.title for k in children if k.title]
         if phrases:
@@ -990,7 +1033,7 @@ class TreeSession:
         out = []
         for kid in self.children(theme):
             if kid.kind == "root" or llm_labelled(kid) or not kid.meta.phrases \
-                    or kid.title.lower() != theme.title.lower():
+                    or labels.title_key(kid.title) != labels.title_key(theme.title):
                 continue
             words = labels.phrase_words(kid.meta.phrases)
             known = {**df, **self.store.get_term_df(self.user_id, [w for w in words if w not in df])}
