@@ -11,7 +11,9 @@ version's recall p50 over the embedding's p50, the per-query difference, and the
     git archive a04461d src | tar -x -C /tmp/base
     PYTHONPATH=src python scripts/recall_pair.py /tmp/base/src /tmp/syn10k.db --queries 200
 
-The memory is built with ``recall_stages.py build``. Every module of arbormem imports its
+The memory is built with ``recall_stages.py build``. ``--base-db`` gives the base its own copy
+of the memory (the same rows: when the new version's schema is newer than the base accepts, the
+new one opens the migrated copy and the base the original). Every module of arbormem imports its
 siblings relatively, which is what lets the two copies live side by side.
 """
 
@@ -34,6 +36,7 @@ def main() -> None:
     ap.add_argument("base_src", help="the other version's src folder (holding arbormem/)")
     ap.add_argument("db")
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--base-db", help="the base's copy of the memory (default: db)")
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="recall_pair_")
@@ -47,7 +50,7 @@ def main() -> None:
 
     queries = json.loads(Path(a.db + ".queries.json").read_text())[: a.queries]
     emb = make_embedder("local")
-    mems = {"base": BaseMemory(a.db, embedder=base_embedder("local")), "new": Memory(a.db, embedder=emb)}
+    mems = {"base": BaseMemory(a.base_db or a.db, embedder=base_embedder("local")), "new": Memory(a.db, embedder=emb)}
     for m in mems.values():
         m.recall(queries[0], user_id="bench", max_tokens=1024)  # model, token counter, caches
     load = os.getloadavg()[0]
