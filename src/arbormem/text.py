@@ -11,6 +11,7 @@ import functools
 import heapq
 import math
 import re
+import threading
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -135,11 +136,20 @@ _INDEX_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _MAX_LEXEME = 200
 
 
-@functools.lru_cache(maxsize=1)
-def _porter() -> Any:
-    import snowballstemmer  # imported on first use: no work at import time
+_LOCAL = threading.local()
 
-    return snowballstemmer.stemmer("porter")
+
+def _porter() -> Any:
+    """This thread's Porter stemmer. A snowballstemmer stemmer keeps its word and cursor on the
+    instance, so one shared by threads (a recall's lexical worker beside another thread's
+    write) stemmed wrongly or raised IndexError mid-word (tests/robust/test_concurrency.py
+    caught it, 1 run in ~15)."""
+    porter = getattr(_LOCAL, "porter", None)
+    if porter is None:
+        import snowballstemmer  # imported on first use: no work at import time
+
+        porter = _LOCAL.porter = snowballstemmer.stemmer("porter")
+    return porter
 
 
 @functools.lru_cache(maxsize=100_000)
