@@ -77,10 +77,10 @@ class TreeSettings(BaseModel):
     # ... raised to this much above the user's background (the mean cosine between any two of
     # their exchanges), so a memory where everything is alike is not one theme (docs/tree.md).
     theme_margin: float = 0.10
-    # Consolidation's short-returns pass: a closed topic of at most `small_topic` exchanges
+    # Consolidation's short-returns step: a closed topic of at most `small_topic` exchanges
     # left alone at the top level joins the bigger branch it relates to best when the average
     # link reaches `small_topic_slack` below the theme threshold above (docs/tree.md, "Short
-    # returns"). 0 turns the pass off.
+    # returns"). A slack of 0 turns the step off.
     small_topic: int = Field(default=3, ge=0)
     small_topic_slack: float = Field(default=0.12, ge=0)
     # Nearest topics (by centroid) considered when homing a run.

@@ -366,17 +366,11 @@ def _short_pass(store: Store, user_id: str, settings: TreeSettings, counts: dict
         tree = TreeSession(store, user_id, settings)
         current = tree.root.meta.current
 
-        def movable(c: TopicRecord) -> bool:
-            return c.frozen and c.id != current and not c.meta.stays
-
-        steps = ((tree.home_namesake, "titled as a bigger top-level branch and no less related than any two exchanges",
-                  lambda c: movable(c)),
-                 (tree.home_short, "a short topic alone at the top level joins the branch it relates to",
-                  lambda c: movable(c) and 0 < c.size <= settings.small_topic))
-        for step, why, eligible in steps:
-            for node in [c for c in tree.children(tree.root) if eligible(c)]:
-                if node.parent_id != tree.root.id:  # moved already by this pass
-                    continue
+        steps = ((tree.home_namesake, "titled as a bigger top-level branch and no less related than any two exchanges"),
+                 (tree.home_short, "a short topic alone at the top level joins the branch it relates to"))
+        for step, why in steps:
+            # (Each step leaves a node this pass moved already alone: it is no longer at the top.)
+            for node in [c for c in tree.children(tree.root) if c.frozen and c.id != current and not c.meta.stays]:
                 moved = step(node)
                 if moved is None:
                     continue

@@ -16,8 +16,9 @@ class ConsolidationReport(Serializable):
     """What one ``consolidate`` run did for one user.
 
     ``merged``/``linked`` count topic pairs; ``archived``/``deduplicated``/``superseded``
-    count exchanges; ``tagged`` counts topics whose tags were (re)normalised; ``rehomed`` counts short topics moved from the
-    top level into the branch they relate to (docs/tree.md, "Short returns"); ``skipped``
+    count exchanges; ``tagged`` counts topics whose tags were (re)normalised; ``rehomed``
+    counts top-level strays moved into a branch (a namesake, a short topic: docs/tree.md,
+    "Short returns"); ``skipped``
     counts merge candidates kept apart (veto, changed while the LLM was thinking, size cap);
     ``changes`` are the ids of the change-log rows written (each one ``undo``-able when it is
     a merge or an archive). ``duration`` is in seconds.

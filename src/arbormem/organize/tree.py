@@ -511,21 +511,16 @@ class TreeSession:
         tree, the subject it relates to best is usually its own (docs/tree.md, "Short
         returns"); judged while placing, before the subject's branch had grown, a lower
         threshold let early short topics pull unrelated subjects together."""
-        if leaf.kind == "root" or leaf.parent_id != self.root.id or leaf.vec_sum is None \
+        if leaf.parent_id != self.root.id or leaf.vec_sum is None \
                 or not 0 < leaf.size <= self.s.small_topic or self.s.small_topic_slack <= 0:
             return None
-        big = [(c, c.vec_sum) for c in self.children(self.root)
-               if c.id != leaf.id and c.size > self.s.small_topic and c.vec_sum is not None]
+        big = [c for c in self.children(self.root) if c.id != leaf.id and c.size > self.s.small_topic]
         if not big:
             return None
-        mat = np.stack([v for _, v in big]).astype(np.float64)
-        links = (mat @ leaf.vec_sum.astype(np.float64)) / (leaf.size * np.array([c.size for c, _ in big], dtype=np.float64))
-        j = int(np.argmax(links))
+        link, target = max(((self._link(leaf.vec_sum, leaf.size, c), c) for c in big), key=lambda p: (p[0], p[1].id))
         at = self._theme_at() - self.s.small_topic_slack
-        link = float(links[j])
         if link < at:
             return None
-        target = big[j][0]
         if target.kind == "theme":
             shape = self._shapes([target.id])[target.id]
             parent = self.get(self._descend(leaf.vec_sum, leaf.size, shape, at)) or target
@@ -573,7 +568,7 @@ class TreeSession:
         return parent, link, at
 
     def to_top(self, node: TopicRecord) -> None:
-        """Move a node back to the top level (undoing ``home_short``)."""
+        """Move a node back to the top level (undoing ``home_short`` or ``home_namesake``)."""
         if node.parent_id != self.root.id:
             self._move_subtree(node, self.root)
 
@@ -1013,13 +1008,13 @@ class TreeSession:
             children = self.children(node)
             kids = [k.meta.phrases for k in children]
             if any(kids):
-                title = labels.theme_title(kids, df, n_docs, members=node.size,
-                                           avoid=[k.title for k in children if k.title])
+                below = [k.title for k in children if k.title]
+                title = labels.theme_title(kids, df, n_docs, members=node.size, avoid=below)
                 # A sub-theme titled as the theme above it takes its own next phrase instead
                 # (none of its children's either).
                 if not (avoid and phrases and labels.title_key(title) == labels.title_key(avoid[0])):
                     return title
-                avoid += [k.title for k in children if k.title]
+                avoid += below
         if phrases:
             return labels.make_title(phrases, df, n_docs, members=node.size, avoid=avoid)
         return make_title(node.keywords)
@@ -1032,14 +1027,12 @@ class TreeSession:
         the theme being titled after its children, as flush does, deepest first.)"""
         out = []
         for kid in self.children(theme):
-            if kid.kind == "root" or llm_labelled(kid) or not kid.meta.phrases \
+            if llm_labelled(kid) or not kid.meta.phrases \
                     or labels.title_key(kid.title) != labels.title_key(theme.title):
                 continue
             words = labels.phrase_words(kid.meta.phrases)
             known = {**df, **self.store.get_term_df(self.user_id, [w for w in words if w not in df])}
-            avoid = [theme.title, *(k.title for k in self.children(kid) if k.title)] if kid.kind == "theme" \
-                else [theme.title]
-            title = labels.make_title(kid.meta.phrases, known, n_docs, members=kid.size, avoid=avoid)
+            title = self._title(kid, known, n_docs)  # now avoids the theme's new title
             if title != kid.title:
                 kid.title = title
                 out.append(kid)
