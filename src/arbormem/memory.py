@@ -531,7 +531,7 @@ class Memory:
                               limit=v.integer(limit, "limit", 1, 100_000))
 
     def undo(self, change_id: str, *, user_id: str | None = None) -> Change:
-        """Reverse a logged merge, archive, dedup, supersession, link or short topic's move
+        """Reverse a logged merge, archive, dedup, supersession, link or top-level stray's move
         (``rehome``); returns the undo's own log entry. A merge is restored with the absorbed
         topic's original id; an undone move leaves the topic at the top level for good."""
         if user_id is not None:

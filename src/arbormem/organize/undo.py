@@ -1,5 +1,5 @@
 """Undo and history of the organiser's changes: every merge, archive, dedup, supersession,
-link and short topic's move is logged with what it takes to reverse it (``undo_change``)."""
+link and top-level stray's move home is logged with what it takes to reverse it (``undo_change``)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def is_undone(store: Store, user_id: str, change_id: str) -> bool:
 
 
 def undo_change(store: Store, user_id: str, change: ChangeRecord, settings: TreeSettings) -> str:
-    """Reverse one logged merge, archive, dedup, supersession, link or short topic's move
+    """Reverse one logged merge, archive, dedup, supersession, link or top-level stray's move
     (``rehome``); returns the undo's id."""
     if change.action not in UNDOABLE:
         raise StateError(f"a {change.action!r} change cannot be undone")
