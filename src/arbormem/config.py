@@ -70,6 +70,12 @@ class TreeSettings(BaseModel):
     reply_words: int = 6
     # Judge the newest exchange together with the next one (one exchange of lag).
     lookahead: bool = False
+    # With an embedder that has a trained shift head (the bundled MiniLM: organize/shift.py),
+    # the head decides instead, within a session: a new topic starts where its probability
+    # that the exchange opens one passes ``shift_threshold`` (docs/tree.md, "The shift head").
+    # False keeps the link rule above for every embedder. (Not with ``lookahead``.)
+    shift_head: bool = True
+    shift_threshold: float = Field(default=0.55, ge=0.0, le=1.0)
     # A new run rejoins an earlier topic (same thread) at this average link ...
     thread_threshold: float = 0.50
     # ... and joins the theme it relates to (or forms one with a lone related topic) at this.

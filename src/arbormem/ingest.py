@@ -33,6 +33,7 @@ from .embed import Embedder
 from .errors import ConfigError, ValidationError
 from .lexical_keys import write_lexical_keys
 from .models import Exchange
+from .organize.shift import load_head
 from .organize.tree import TreeSession, new_id
 from .store.base import Store
 from .text import term_counts, terms
@@ -65,6 +66,8 @@ class Writer:
         self.settings = settings
         self._lock = threading.Lock()
         self._checked = False
+        #: Placement's topic-shift head for this embedder (organize/shift.py), None without one.
+        self.shift = load_head(embedder.shift_head) if embedder.shift_head and settings.tree.shift_head else None
 
     # -- the embedder binding -------------------------------------------------------------------
     def check_embedder(self, *, bind: bool = True) -> None:
@@ -172,7 +175,7 @@ class Unit:
     def __init__(self, writer: Writer, user_id: str) -> None:
         self.writer = writer
         self.user_id = user_id
-        self.tree = TreeSession(writer.store, user_id, writer.settings.tree)
+        self.tree = TreeSession(writer.store, user_id, writer.settings.tree, writer.shift)
         self.added: list[Exchange] = []
         self._counts: list[Mapping[str, int]] = []
         self._vecs: list[np.ndarray] = []

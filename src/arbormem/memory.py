@@ -688,7 +688,7 @@ class Memory:
                 vecs = self.store.get_vectors(uid, "exchange", [e.id for e in exs])
                 for t in self.store.list_topics(uid):
                     self.store.delete_topic(t.id)
-                tree = TreeSession(self.store, uid, self.settings.tree)
+                tree = TreeSession(self.store, uid, self.settings.tree, self.writer.shift)
                 for e in exs:
                     vec = vecs.get(e.id)
                     if vec is None:

@@ -24,6 +24,9 @@ class Embedder(ABC):
     #: floor"; scripts/calibrate_relevance.py), used when ``min_relevance`` is not set. None:
     #: not calibrated, so recall fills the budget unless a floor is given.
     relevance_floor: float | None = None
+    #: The topic-shift head trained on this model's vectors (``organize/shift.py``: the file
+    #: ``data/shift_<name>.json``), used by placement. None: placement's plain link rule.
+    shift_head: str | None = None
     #: Capability: one call costs about its longest text times its size (a local transformer
     #: pads every text of a batch to the longest). Callers embedding small unsorted batches
     #: (background placement, ``backlog.py``) then split them by length first; a remote

@@ -60,6 +60,7 @@ class LocalEmbedder(Embedder):
         self._dim: int | None = None if self._path else MINILM_DIM
         # Calibrated for the bundled model only; another model's cosines need their own.
         self.relevance_floor = None if self._path else MINILM_RELEVANCE_FLOOR
+        self.shift_head = None if self._path else "minilm"
 
     def _load(self):  # type: ignore[no-untyped-def]
         if self._model is None:

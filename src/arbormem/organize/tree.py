@@ -46,6 +46,7 @@ from ..text import (
 from . import labels
 from .aliases import drop_aliases
 from .index_text import llm_labelled, topic_index_text
+from .shift import ShiftHead
 
 # Bounded per-node term statistics: enough for keywords and titles, small enough to rewrite.
 LEAF_TERMS = 96
@@ -60,10 +61,13 @@ def new_id(prefix: str) -> str:
 class TreeSession:
     """Unit of work over one user's tree; call inside ``store.transaction(user_id)``."""
 
-    def __init__(self, store: Store, user_id: str, settings: TreeSettings) -> None:
+    def __init__(self, store: Store, user_id: str, settings: TreeSettings, shift: ShiftHead | None = None) -> None:
         self.store = store
         self.user_id = user_id
         self.s = settings
+        # The embedder's topic-shift head (organize/shift.py): with it, placement asks the head
+        # rather than the link rule whether an exchange opens a topic (``_opens``).
+        self.shift = shift if settings.shift_head and not settings.lookahead else None
         self._nodes: dict[str, TopicRecord] = {}
         # The topics among ``_nodes``, in the same order (homing scans the held leaves for
         # every exchange; a unit of work holds several times as many themes and topics).
@@ -214,7 +218,7 @@ class TreeSession:
                 target = None
         elif cur is not None and self.s.lookahead:
             target = self._settle(cur, (ex, vec)) or cur
-        elif cur is not None and self._link(vec, 1, cur) < self._continue_at(ex):
+        elif cur is not None and self._opens(cur, ex, vec):
             self.close(cur)
             target = None
         else:
@@ -233,6 +237,20 @@ class TreeSession:
             self._dirty.add(self.root.id)
         self._dirty.add(target.id)
         return target.id
+
+    def _opens(self, cur: TopicRecord, ex: Exchange, vec: np.ndarray) -> bool:
+        """Does ``ex`` leave the open topic ``cur`` (same session, no long pause)? The shift
+        head decides when there is one and ``ex`` follows an exchange of its session; else the
+        average link to the topic against ``_continue_at``."""
+        if self.shift is not None:
+            prev = {e.seq: e for e in self.store.exchanges_by_seq(self.user_id, [ex.seq - 2, ex.seq - 1])
+                    if (e.session_id or None) == (ex.session_id or None)}
+            p1, p2 = prev.get(ex.seq - 1), prev.get(ex.seq - 2)
+            v1 = self._vec(p1.id) if p1 is not None else None
+            if p1 is not None and v1 is not None:
+                v2 = self._vec(p2.id) if p2 is not None else None
+                return self.shift.probability(vec, v1, v2, ex.user_text, p1.assistant_text) > self.s.shift_threshold
+        return self._link(vec, 1, cur) < self._continue_at(ex)
 
     def _continue_at(self, ex: Exchange) -> float:
         """The average link at which ``ex`` continues the open topic: lower for a short reply.
