@@ -39,7 +39,7 @@ def test_eval_topics_and_subjects_cli(tmp_path: Path) -> None:
     ]}]
     h = tmp_path / "hist.json"
     h.write_text(json.dumps(hist))
-    r = CliRunner().invoke(main, ["eval", "subjects", str(h), "--embedder", "hash"])
+    r = CliRunner().invoke(main, ["eval", "subjects", str(h), "--embedder", "hash", "--no-shift-head"])
     assert r.exit_code == 0, r.output
     assert "top-level V" in r.output and "h:" in r.output and "titles repeating their theme" in r.output
 

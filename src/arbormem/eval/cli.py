@@ -166,12 +166,20 @@ def identifiers_command(embedder: str, exchanges: int, queries: int, kinds: str,
         click.echo("\n".join(rep.lines()))
 
 
+def _tree_settings(shift_head: bool):  # type: ignore[no-untyped-def]
+    from ..config import Settings, TreeSettings
+
+    return Settings(tree=TreeSettings(shift_head=shift_head))
+
+
 @eval_group.command("topics")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--embedder", default="local", show_default=True,
               help='"local" (bundled MiniLM), "hash" (fast, for tests) or a model folder.')
+@click.option("--shift-head/--no-shift-head", default=True,
+              help="Placement with the embedder's topic-shift head, or with the plain link rule (docs/tree.md).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the report as JSON.")
-def topics_command(files: tuple[str, ...], embedder: str, json_out: str | None) -> None:
+def topics_command(files: tuple[str, ...], embedder: str, shift_head: bool, json_out: str | None) -> None:
     """Leaves against human topic segments in FILES (a JSON list of {"utterances",
     "segments"}), beside TextTiling, random, one-segment and every-exchange baselines over
     the same exchange vectors (arbormem/eval/topics.py)."""
@@ -179,7 +187,7 @@ def topics_command(files: tuple[str, ...], embedder: str, json_out: str | None) 
     from .topics import eval_segmentation, format_segmentation
 
     try:
-        with Memory(":memory:", embedder=embedder) as mem:
+        with Memory(":memory:", embedder=embedder, settings=_tree_settings(shift_head)) as mem:
             rep = eval_segmentation(files, mem)
     except ArbormemError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -192,16 +200,19 @@ def topics_command(files: tuple[str, ...], embedder: str, json_out: str | None) 
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--embedder", default="local", show_default=True,
               help='"local" (bundled MiniLM), "hash" (fast, for tests) or a model folder.')
+@click.option("--shift-head/--no-shift-head", default=True,
+              help="Placement with the embedder's topic-shift head, or with the plain link rule (docs/tree.md).")
 @click.option("--trees/--no-trees", default=True, help="Print each history's tree with its gold subjects.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the report as JSON.")
-def subjects_command(files: tuple[str, ...], embedder: str, trees: bool, json_out: str | None) -> None:
+def subjects_command(files: tuple[str, ...], embedder: str, shift_head: bool, trees: bool,
+                     json_out: str | None) -> None:
     """Subject grouping on histories in FILES (several subjects over interleaved sessions,
     a subject per exchange): top-level V-measure, mixed branches, visit share, titles."""
     from ..memory import Memory
     from .topics import eval_subjects, format_subjects
 
     try:
-        with Memory(":memory:", embedder=embedder) as mem:
+        with Memory(":memory:", embedder=embedder, settings=_tree_settings(shift_head)) as mem:
             rep = eval_subjects(files, mem)
     except ArbormemError as exc:
         raise click.ClickException(str(exc)) from exc

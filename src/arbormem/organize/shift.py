@@ -57,13 +57,14 @@ class ShiftHead:
     bias: float
 
     def probability(self, vec: np.ndarray, prev: np.ndarray | None, prev2: np.ndarray | None,
-                    user_text: str, prev_reply: str) -> float:
+                    user_text: str, prev_reply: str) -> float | None:
         """The chance that the exchange (vector ``vec``, user message ``user_text``) starts a
         new topic after ``prev`` and ``prev2`` (the previous two exchanges' vectors in the
-        session, None when absent) and the previous reply ``prev_reply``."""
+        session, None when absent) and the previous reply ``prev_reply``; None for vectors of
+        another size (another model's: the head does not apply)."""
         x = features(vec, prev, prev2, user_text, prev_reply)
-        if x.shape != self.weights.shape:  # another model's vectors: the head does not apply
-            return 0.5
+        if x.shape != self.weights.shape:
+            return None
         z = float(x @ self.weights) + self.bias
         return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
 

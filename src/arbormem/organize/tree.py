@@ -249,7 +249,9 @@ class TreeSession:
             v1 = self._vec(p1.id) if p1 is not None else None
             if p1 is not None and v1 is not None:
                 v2 = self._vec(p2.id) if p2 is not None else None
-                return self.shift.probability(vec, v1, v2, ex.user_text, p1.assistant_text) > self.s.shift_threshold
+                p = self.shift.probability(vec, v1, v2, ex.user_text, p1.assistant_text)
+                if p is not None:
+                    return p > self.s.shift_threshold
         return self._link(vec, 1, cur) < self._continue_at(ex)
 
     def _continue_at(self, ex: Exchange) -> float:
