@@ -11,7 +11,7 @@ not set the head alone):
 * the first two histories of ``benchmarks/data/subjects_dev.json`` (a boundary wherever the
   subject changes within a session; the last two are held out).
 
-Utterances pair into exchanges as ``arbormem eval topics`` pairs them; an exchange is a
+Utterances pair into exchanges as ``arbormem eval topics`` pairs them (``exchange_pairs``); an exchange is a
 boundary when its user message's gold segment differs from the previous exchange's. Prints the
 held-out figures of the head alone (a boundary where its probability passes the threshold).
 Needs scikit-learn (installed with sentence-transformers).
@@ -31,16 +31,14 @@ C = 0.3  # L2 strength (0.1-1.0 held-out within +-0.01 Pk)
 THRESHOLD = 0.55  # TreeSettings.shift_threshold, for the printed held-out figures
 
 
-def _paired(utterances: list[str]) -> tuple[list[str], list[str]]:
-    u = [str(x) or "." for x in utterances]
-    return [u[j] for j in range(0, len(u), 2)], [u[j + 1] if j + 1 < len(u) else "" for j in range(0, len(u), 2)]
-
-
 def _segmented(dialogues: list[dict]) -> list[tuple[list[str], list[str], list[int]]]:
     """(user texts, assistant texts, boundary before each exchange) per dialogue."""
+    from arbormem.eval.topics import exchange_pairs
+
     out = []
     for d in dialogues:
-        users, replies = _paired(d["utterances"])
+        pairs = exchange_pairs(d["utterances"])
+        users, replies = [q for q, _ in pairs], [a for _, a in pairs]
         gold = [s for s, n in enumerate(d["segments"]) for _ in range(n)]
         out.append((users, replies, [0] + [int(gold[2 * i] != gold[2 * i - 2]) for i in range(1, len(users))]))
     return out

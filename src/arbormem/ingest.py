@@ -66,7 +66,8 @@ class Writer:
         self.settings = settings
         self._lock = threading.Lock()
         self._checked = False
-        #: Placement's topic-shift head for this embedder (organize/shift.py), None without one.
+        #: Placement's topic-shift head for this embedder (organize/shift.py): None without one
+        #: or with ``TreeSettings.shift_head`` off (the one place that setting is read).
         self.shift = load_head(embedder.shift_head) if embedder.shift_head and settings.tree.shift_head else None
 
     # -- the embedder binding -------------------------------------------------------------------

@@ -15,7 +15,7 @@ from arbormem import Memory
 from arbormem.config import Settings, TreeSettings
 from arbormem.embed.testing import HashEmbedder
 from arbormem.eval import segmetrics as sm
-from arbormem.eval.topics import eval_segmentation
+from arbormem.eval.topics import eval_segmentation, exchange_pairs
 from arbormem.models import exchange_text
 from arbormem.organize.shift import FEATURES, features, load_head
 
@@ -31,10 +31,8 @@ def _held_out(n: int) -> list[dict]:
 
 
 def _items(d: dict) -> list[dict]:
-    u = [str(x) for x in d["utterances"]]
-    return [{"messages": [{"role": "user", "content": u[j]}]
-             + ([{"role": "assistant", "content": u[j + 1]}] if j + 1 < len(u) else []),
-             "session_id": "s"} for j in range(0, len(u), 2)]
+    return [{"messages": [{"role": "user", "content": q}] + ([{"role": "assistant", "content": a}] if a else []),
+             "session_id": "s"} for q, a in exchange_pairs(d["utterances"])]
 
 
 def _pk(mem: Memory, d: dict, uid: str) -> float:
@@ -50,8 +48,8 @@ def test_the_head_separates_openings_from_continuations(minilm) -> None:  # type
     probs: dict[int, list[float]] = {0: [], 1: []}
     for d in _held_out(20):
         gold = sm.labels_from_segments(d["segments"])
-        u = [str(x) for x in d["utterances"]]
-        users, replies = u[0::2], [u[j + 1] if j + 1 < len(u) else "" for j in range(0, len(u), 2)]
+        pairs = exchange_pairs(d["utterances"])
+        users, replies = [q for q, _ in pairs], [a for _, a in pairs]
         vecs = minilm.embed([exchange_text(a, b) for a, b in zip(users, replies, strict=True)])
         for i in range(1, len(users)):
             p = head.probability(vecs[i], vecs[i - 1], vecs[i - 2] if i >= 2 else None, users[i], replies[i - 1])

@@ -13,11 +13,14 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ..errors import ArbormemError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..config import Settings
 
 DEFAULT_BUDGETS = (256, 512, 1024, 2048, 4096)
 
@@ -166,7 +169,7 @@ def identifiers_command(embedder: str, exchanges: int, queries: int, kinds: str,
         click.echo("\n".join(rep.lines()))
 
 
-def _tree_settings(shift_head: bool):  # type: ignore[no-untyped-def]
+def _tree_settings(shift_head: bool) -> Settings:
     from ..config import Settings, TreeSettings
 
     return Settings(tree=TreeSettings(shift_head=shift_head))

@@ -85,6 +85,13 @@ class SegScores:
                 "single_exchange_leaves": float(np.mean(self.single))}
 
 
+def exchange_pairs(utterances: Sequence[object]) -> list[tuple[str, str]]:
+    """Consecutive utterances as the (user, assistant) exchanges ``eval_segmentation`` stores:
+    an empty utterance reads ".", an odd last one has no reply ("")."""
+    u = [str(x) or "." for x in utterances]
+    return [(u[j], u[j + 1] if j + 1 < len(u) else "") for j in range(0, len(u), 2)]
+
+
 def eval_segmentation(files: Sequence[str], mem: Memory, *, seed: int = 0) -> dict[str, Any]:
     """Run every dialogue of ``files`` through ``mem`` and score leaves and baselines."""
     rng = random.Random(seed)
@@ -97,12 +104,8 @@ def eval_segmentation(files: Sequence[str], mem: Memory, *, seed: int = 0) -> di
             if not isinstance(utts, list) or not isinstance(segs, list) or sum(segs) != len(utts) or not utts:
                 raise ValidationError(f"{path} item {d_i}: needs utterances and segments summing to their count")
             uid = f"eval-topics-{Path(path).stem}-{d_i}"
-            items = []
-            for j in range(0, len(utts), 2):
-                msgs = [{"role": "user", "content": str(utts[j]) or "."}]
-                if j + 1 < len(utts):
-                    msgs.append({"role": "assistant", "content": str(utts[j + 1]) or "."})
-                items.append({"messages": msgs, "session_id": "dialogue"})
+            items = [{"messages": [{"role": "user", "content": q}] + ([{"role": "assistant", "content": a}] if a else []),
+                      "session_id": "dialogue"} for q, a in exchange_pairs(utts)]
             added = mem.add_many(items, user_id=uid)
             topic_of = {e.id: e.topic_id for e in mem.exchanges(user_id=uid)}
             labels = [topic_of[e.id] for e in added]

@@ -65,9 +65,10 @@ class TreeSession:
         self.store = store
         self.user_id = user_id
         self.s = settings
-        # The embedder's topic-shift head (organize/shift.py): with it, placement asks the head
-        # rather than the link rule whether an exchange opens a topic (``_opens``).
-        self.shift = shift if settings.shift_head and not settings.lookahead else None
+        # The embedder's topic-shift head (organize/shift.py; the writer passes it when
+        # ``shift_head`` is on): with it, placement asks the head rather than the link rule
+        # whether an exchange opens a topic (``_opens``). Lookahead judges pairs by the link.
+        self.shift = None if settings.lookahead else shift
         self._nodes: dict[str, TopicRecord] = {}
         # The topics among ``_nodes``, in the same order (homing scans the held leaves for
         # every exchange; a unit of work holds several times as many themes and topics).
