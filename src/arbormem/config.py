@@ -89,6 +89,10 @@ class TreeSettings(BaseModel):
     # returns"). A slack of 0 turns the step off.
     small_topic: int = Field(default=3, ge=0)
     small_topic_slack: float = Field(default=0.12, ge=0)
+    # Consolidation's related-branches step: two top-level branches join when their average
+    # link plus this weight times the words they share (organize/heuristics.shared_words)
+    # reaches the theme threshold (docs/tree.md, "Related branches"). 0 turns the step off.
+    related_words: float = Field(default=0.3, ge=0)
     # Nearest topics (by centroid) considered when homing a run.
     home_candidates: int = Field(default=24, ge=1, le=1000)
     # A gap this long between exchanges (or a new session id) always closes the open topic

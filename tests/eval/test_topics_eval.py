@@ -41,7 +41,8 @@ def test_eval_topics_and_subjects_cli(tmp_path: Path) -> None:
     h.write_text(json.dumps(hist))
     r = CliRunner().invoke(main, ["eval", "subjects", str(h), "--embedder", "hash", "--no-shift-head"])
     assert r.exit_code == 0, r.output
-    assert "top-level V" in r.output and "h:" in r.output and "titles repeating their theme" in r.output
+    assert "top-level V" in r.output and "h, as placed:" in r.output and "titles repeating their theme" in r.output
+    assert "h, after one consolidation run:" in r.output
 
 
 def test_eval_topics_refuses_a_bad_file(tmp_path: Path) -> None:

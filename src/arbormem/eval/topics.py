@@ -167,7 +167,8 @@ def eval_subjects(files: Sequence[str], mem: Memory) -> dict[str, Any]:
             mem.consolidate(uid)
             topic_of = {e.id: e.topic_id for e in mem.exchanges(user_id=uid)}
             after = mem.tree(user_id=uid)
-            _, _, v_after, mixed_after = _grouping(after, subjects, [topic_of[e.id] or "" for e in added])
+            leaves_after = [topic_of[e.id] or "" for e in added]
+            _, _, v_after, mixed_after = _grouping(after, subjects, leaves_after)
             same = total = 0
             for i in range(1, len(rows)):
                 a, b = rows[i - 1], rows[i]
@@ -185,15 +186,20 @@ def eval_subjects(files: Sequence[str], mem: Memory) -> dict[str, Any]:
                 "leaf_v_measure": sm.v_measure(subjects, leaves)[2],
                 "mixed_top_level": mixed, "visit_share": same / total if total else 1.0,
                 "consolidated": {"v_measure": v_after, "mixed_top_level": mixed_after,
-                                 "top_level": len(after.children)},
+                                 "top_level": len(after.children),
+                                 "tree": render_tree(after, _composition(subjects, leaves_after))},
                 "number_only_titles": sum(1 for t in titles if number_only_words(t)),
                 "repeated_titles": sum(1 for n in nodes for c in n.children
                                        if n.kind == "theme" and title_key(c.title) == title_key(n.title)),
-                "tree": render_tree(root, {t: Counter(s for s, lf in zip(subjects, leaves, strict=True) if lf == t)
-                                           for t in set(leaves)}),
+                "tree": render_tree(root, _composition(subjects, leaves)),
             })
             mem.delete_user(uid)
     return {"files": list(files), "histories": histories}
+
+
+def _composition(subjects: list[str], leaves: list[str]) -> dict[str, Counter[str]]:
+    """Each leaf's gold subjects, counted."""
+    return {t: Counter(s for s, lf in zip(subjects, leaves, strict=True) if lf == t) for t in set(leaves)}
 
 
 def _grouping(root: Topic, subjects: list[str], leaves: list[str]) -> tuple[float, float, float, int]:
@@ -253,5 +259,6 @@ def format_subjects(rep: dict[str, Any], *, trees: bool = True) -> str:
                      f"{sum(h['consolidated']['mixed_top_level'] for h in hs)} |")
     if trees:
         for h in hs:
-            lines += ["", f"{h['name']}:", h["tree"]]
+            lines += ["", f"{h['name']}, as placed:", h["tree"],
+                      "", f"{h['name']}, after one consolidation run:", h["consolidated"]["tree"]]
     return "\n".join(lines)

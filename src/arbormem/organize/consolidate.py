@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -366,19 +366,24 @@ def _short_pass(store: Store, user_id: str, settings: TreeSettings, counts: dict
         tree = TreeSession(store, user_id, settings)
         current = tree.root.meta.current
 
-        steps = ((tree.home_namesake, "titled as a bigger top-level branch and no less related than any two exchanges"),
-                 (tree.home_short, "a short topic alone at the top level joins the branch it relates to"))
-        for step, why in steps:
+        def log(node: TopicRecord, parent: TopicRecord, link: float, at: float, why: str) -> None:
+            changes.append(store.log_change(user_id, "rehome", node.id, {
+                "from": tree.root.id, "to": parent.id, "link": round(link, 4), "threshold": round(at, 4),
+                "reason": why}))
+            counts["rehomed"] += 1
+
+        def each(step: Callable[[TopicRecord], tuple[TopicRecord, float, float] | None], why: str) -> None:
             # (Each step leaves a node this pass moved already alone: it is no longer at the top.)
             for node in [c for c in tree.children(tree.root) if c.frozen and c.id != current and not c.meta.stays]:
                 moved = step(node)
-                if moved is None:
-                    continue
-                parent, link, at = moved
-                changes.append(store.log_change(user_id, "rehome", node.id, {
-                    "from": tree.root.id, "to": parent.id, "link": round(link, 4), "threshold": round(at, 4),
-                    "reason": why}))
-                counts["rehomed"] += 1
+                if moved is not None:
+                    parent, link, at = moved
+                    log(node, parent, link, at, why)
+
+        each(tree.home_namesake, "titled as a bigger top-level branch and no less related than any two exchanges")
+        for node, parent, score, at in tree.join_related():
+            log(node, parent, score, at, "related to a bigger top-level branch by vectors and shared words")
+        each(tree.home_short, "a short topic alone at the top level joins the branch it relates to")
         tree.flush()
 
 

@@ -6,7 +6,9 @@ pleasantry lists; other languages fall back to the length and term checks.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
 
 from ..models import Exchange
 from ..text import STOPWORDS, terms
@@ -79,4 +81,29 @@ def signature(text: str) -> str:
     return " ".join(re.findall(r"[^\W_]+", text.casefold()))
 
 
-__all__ = ["is_trivial", "names", "near_duplicate_text", "signature", "update_cue"]
+def shared_words(a: Mapping[str, int], b: Mapping[str, int], df: Mapping[str, int], n_docs: int) -> float:
+    """How much two branches of a tree name the same things, in [0, 1]: the cosine of their
+    term counts (``TopicRecord.terms``) weighted by (1 + log count) x log(n_docs / df), over
+    the words that recur (df >= 2) but are not everywhere (df <= n_docs / 4).
+
+    Why: two visits to one subject months apart ("the Rust ping tool" and "cross compiling it
+    for the Pi") can be far apart by average vector link, while both say "Rust", "binary",
+    "cargo"; a word in a quarter of a user's exchanges (a name, "plan") says nothing of a
+    subject, and a word seen once cannot be shared. Only consolidation uses it
+    (``TreeSession.join_related``), on the bounded top level."""
+    def weights(counts: Mapping[str, int]) -> dict[str, float]:
+        out = {}
+        for w, c in counts.items():
+            d = df.get(w, 0)
+            if c > 0 and 2 <= d <= n_docs / 4:
+                out[w] = (1.0 + math.log(c)) * math.log(n_docs / d)
+        return out
+
+    wa, wb = weights(a), weights(b)
+    if not wa or not wb:
+        return 0.0
+    num = sum(v * wb[w] for w, v in wa.items() if w in wb)
+    return num / math.sqrt(sum(v * v for v in wa.values()) * sum(v * v for v in wb.values()))
+
+
+__all__ = ["is_trivial", "names", "near_duplicate_text", "shared_words", "signature", "update_cue"]

@@ -773,15 +773,19 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
     return pool.render(_pick(ranked))
 
 
+#: A theme's longer shared phrase holding its best phrase wins at this share of its score.
+_THEME_EXTEND = 0.6
+
 #: How many of the best-ranked phrases ``_pick`` looks at.
 _PICK_DEPTH = 8
 
 
-def _pick(ranked: list[tuple[float, str]]) -> str:
-    """The best-scored phrase, unless a longer phrase holding it is nearly as good."""
+def _pick(ranked: list[tuple[float, str]], extend: float = 0.8) -> str:
+    """The best-scored phrase, unless a longer phrase holding it is nearly as good (at least
+    ``extend`` times its score)."""
     best = ranked[0][1]
     for score, key in ranked[1:_PICK_DEPTH]:
-        if score >= 0.8 * ranked[0][0] and f" {best} " in f" {key} " \
+        if score >= extend * ranked[0][0] and f" {best} " in f" {key} " \
                 and len(key) <= MAX_TITLE_CHARS:
             return key
     return best
@@ -818,5 +822,9 @@ def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
                 return share[key] ** 2 * (1.0 + math.log(count))
 
             ranked = _Scorer(df, n_docs, pool, members or len(kids)).rank(pool, frequency, share)
-            return pool.render(_pick(ranked))
+            # A longer shared phrase wins at a lower bar than in a topic: a theme's best word
+            # is often its subject's head noun, and the phrase round it says which ("Book
+            # club", not "Book"; "Ping tool", not "Ping"), while a shared phrase already
+            # recurs in two children.
+            return pool.render(_pick(ranked, _THEME_EXTEND))
     return make_title(total, df, n_docs, members=members or len(kids), avoid=avoid)

@@ -45,6 +45,7 @@ from ..text import (
 )
 from . import labels
 from .aliases import drop_aliases
+from .heuristics import shared_words
 from .index_text import llm_labelled, topic_index_text
 from .shift import ShiftHead
 
@@ -240,9 +241,12 @@ class TreeSession:
         return target.id
 
     def _opens(self, cur: TopicRecord, ex: Exchange, vec: np.ndarray) -> bool:
-        """Does ``ex`` leave the open topic ``cur`` (same session, no long pause)? The shift
-        head decides when there is one and ``ex`` follows an exchange of its session; else the
+        """Does ``ex`` leave the open topic ``cur`` (same session, no long pause)? Yes when the
+        user says so ("different topic: ...", "back to the wedding"); else the shift head
+        decides when there is one and ``ex`` follows an exchange of its session; else the
         average link to the topic against ``_continue_at``."""
+        if announces_shift(ex.user_text):
+            return True
         if self.shift is not None:
             prev = {e.seq: e for e in self.store.exchanges_by_seq(self.user_id, [ex.seq - 2, ex.seq - 1])
                     if (e.session_id or None) == (ex.session_id or None)}
@@ -587,6 +591,69 @@ class TreeSession:
         self._move_subtree(node, parent)
         self.bound_fanout(parent, node.created_seq)
         return parent, link, at
+
+    def join_related(self) -> list[tuple[TopicRecord, TopicRecord, float, float]]:
+        """Consolidation's related-branches step: two top-level branches join when their
+        average link plus ``related_words`` times the words they share
+        (``heuristics.shared_words``) reaches the theme threshold (``_theme_at``); the most
+        related pair first, the smaller (on a tie the newer) moving under the bigger, into
+        the sub-theme it relates to best (beside a lone topic the two become a theme). Only a
+        closed branch moves, never the open topic or one a user sent back to the top. Returns
+        (the node moved, its new parent, the score, the threshold) per move.
+
+        Why: placement homes a run on what the vectors know when it arrives. Two visits to
+        one subject months apart ("the Rust ping tool", "cross compiling it for the Pi") can
+        sit below the theme threshold by average link alone while both name "Rust", "cargo",
+        "binary"; on the subject histories the shared words separate a subject's visits from
+        related subjects better than either signal alone (docs/tree.md, "Related branches").
+        The top level is bounded (``root_children``), so the pairs are few."""
+        weight = self.s.related_words
+        if weight <= 0:
+            return []
+        at = self._theme_at()
+        n_docs = max(1, self.root.size)
+        current = self.root.meta.current
+        df: dict[str, int] = {}
+        scores: dict[tuple[str, str], float] = {}
+        moves: list[tuple[TopicRecord, TopicRecord, float, float]] = []
+        usual: float | None = None
+        while True:
+            tops = [c for c in self.children(self.root) if c.vec_sum is not None and c.size > 0]
+            missing = {w for c in tops for w in c.terms if w not in df}
+            if missing:
+                got = self.store.get_term_df(self.user_id, sorted(missing))
+                df.update({w: got.get(w, 0) for w in missing})
+            if usual is None:
+                pairs = [shared_words(a.terms, b.terms, df, n_docs) for i, a in enumerate(tops) for b in tops[i + 1:]]
+                usual = sum(pairs) / len(pairs) if pairs else 0.0
+            best: tuple[float, TopicRecord, TopicRecord] | None = None
+            for i, a in enumerate(tops):
+                for b in tops[i + 1:]:
+                    key = (a.id, b.id) if a.id < b.id else (b.id, a.id)
+                    score = scores.get(key)
+                    if score is None:
+                        assert a.vec_sum is not None
+                        score = scores[key] = self._link(a.vec_sum, a.size, b) \
+                            + weight * (shared_words(a.terms, b.terms, df, n_docs) - usual)
+                    if score < at or (best is not None and score <= best[0]):
+                        continue
+                    mover, target = sorted((a, b), key=lambda n: (n.size, -n.created_seq, n.id))
+                    if mover.frozen and mover.id != current and not mover.meta.stays:
+                        best = (score, mover, target)
+            if best is None:
+                return moves
+            score, mover, target = best
+            assert mover.vec_sum is not None
+            if target.kind == "theme":
+                shape = self._shapes([target.id])[target.id]
+                parent = self.get(self._descend(mover.vec_sum, mover.size, shape, at)) or target
+            else:
+                parent = self._pair_theme(target)
+            self._move_subtree(mover, parent)
+            self.bound_fanout(parent, mover.created_seq)
+            moves.append((mover, parent, score, at))
+            changed = {mover.id, target.id}
+            scores = {k: v for k, v in scores.items() if not changed.intersection(k)}
 
     def to_top(self, node: TopicRecord) -> None:
         """Move a node back to the top level (undoing ``home_short`` or ``home_namesake``)."""
@@ -1099,6 +1166,25 @@ _CLOSING_WORDS = frozenset("""thanks thank thx ty cheers bye goodbye great perfe
     super again anyway then night evening morning see later take care""".split())
 _CLOSING_KEYS = frozenset("thanks thank thx ty cheers bye goodbye all".split())
 _WORDS = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
+
+
+# A message that announces its own change of subject, in its first words: "Different topic:
+# ...", "Sorry, back to the wedding quickly", "Unrelated, but ...", "On another note". Such a
+# cue is rare and unambiguous; the shift head, trained on dialogues that seldom say it, can
+# miss it when the subjects are close (a honeymoon and the wedding). English only.
+_SHIFT_CUE = re.compile(
+    r"^\W*(?:(?:ok(?:ay)?|so|sorry|anyway|oh|right|also|and)\W+){0,2}(?:"
+    r"(?:an?\s+)?(?:(?:totally|completely)\s+)?(?:different|unrelated|random|separate)\s+"
+    r"(?:topic|subject|thing|question|note)\b|"
+    r"(?:on\s+)?(?:an?\s+)?(?:another|other|new)\s+(?:topic|subject|note)\b|"
+    r"unrelated\b|change of (?:subject|topic)|changing (?:the )?(?:subject|topic)|switching (?:gears|topics?)|"
+    r"back to (?:the|my|our|that|this)\b|going back to\b)",
+    re.IGNORECASE)
+
+
+def announces_shift(user_text: str) -> bool:
+    """The user's message says it changes the subject (``_SHIFT_CUE``)."""
+    return _SHIFT_CUE.match(user_text[:120]) is not None
 
 
 def is_closing(user_text: str) -> bool:
