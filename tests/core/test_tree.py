@@ -114,6 +114,29 @@ def test_a_closing_exchange_closes_its_topic(mem: Memory) -> None:
     assert first.frozen or nxt.topic_id == first.id
 
 
+def test_a_message_announcing_its_shift_opens_a_topic(mem: Memory) -> None:
+    from arbormem.organize.tree import announces_shift
+
+    for i in range(3):
+        mem.add(chat(f"hotel booking north area parking {i}", "guesthouse north parking booked"), user_id="u", session_id="s")
+        mem.add(chat(f"hotel booking north area parking {i}", "guesthouse north parking booked"), user_id="v", session_id="s")
+    # Words enough in common that the link rule continues the topic (user v) ...
+    same = mem.add(chat("north area parking for my car at work", "parking permits for work cars"), user_id="v", session_id="s")
+    assert same.topic_id == mem.exchanges(user_id="v")[0].topic_id
+    # ... but this user says the subject changes: the topic closes and a new one opens.
+    nxt = mem.add(chat("Different topic: north area parking for my car at work", "parking permits for work cars"),
+                  user_id="u", session_id="s")
+    first = mem.exchanges(user_id="u")[0]
+    assert nxt.topic_id != first.topic_id
+    assert mem.topic(first.topic_id, user_id="u").frozen
+    for text in ("Sorry, back to the wedding quickly.", "On another note, my dog", "Unrelated, but why",
+                 "Random question: how", "OK, changing the subject"):
+        assert announces_shift(text), text
+    # Not cues: they as often go on with the same subject.
+    for text in ("Another question about the flat", "Is there another topic?", "I want to go back to the flat"):
+        assert not announces_shift(text), text
+
+
 def test_a_returning_subject_goes_home(mem: Memory) -> None:
     garden = "allotment tomatoes compost seedlings beds watering"
     code = "rust borrow checker lifetimes compiler traits"
