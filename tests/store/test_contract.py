@@ -296,6 +296,41 @@ def test_vectors_upsert_and_partitioning(store: Store) -> None:
     assert store.vector_search("nobody", "exchange", unit(1, 0, 0), 10) == []
 
 
+def test_search_stays_exact_through_rewrites_appends_and_deletes(store: Store) -> None:
+    # SQLite searches a transposed copy of its cached matrix (store/sqlite.py, _exact_scores)
+    # that follows rows rewritten in place, appended rows and deletions.
+    rng = np.random.default_rng(11)
+
+    def units(n: int) -> np.ndarray:
+        m = rng.normal(size=(n, 16)).astype(np.float32)
+        return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+    vecs = dict(zip([f"x{i}" for i in range(50)], units(50), strict=True))
+    store.put_vectors("u", "exchange", list(vecs), np.stack(list(vecs.values())))
+
+    def check() -> None:
+        ids = list(vecs)
+        mat = np.stack([vecs[i] for i in ids])
+        for q in units(4):
+            hits = store.vector_search("u", "exchange", q, 7)
+            expect = np.argsort(-(mat @ q))[:7]
+            assert [h[0] for h in hits] == [ids[i] for i in expect]
+            assert [s for _, s in hits] == pytest.approx([float(mat[i] @ q) for i in expect], abs=1e-5)
+
+    check()
+    vecs.update(zip(["x3", "x40"], units(2), strict=True))  # rewritten in place
+    store.put_vectors("u", "exchange", ["x3", "x40"], np.stack([vecs["x3"], vecs["x40"]]))
+    check()
+    more = dict(zip([f"y{i}" for i in range(200)], units(200), strict=True))  # past the copy's room
+    store.put_vectors("u", "exchange", list(more), np.stack(list(more.values())))
+    vecs.update(more)
+    check()
+    store.delete_index("exchange", "x7")
+    store.delete_index("exchange", "y5")
+    del vecs["x7"], vecs["y5"]
+    check()
+
+
 def test_delete_index_drops_a_searched_vector(store: Store) -> None:
     store.put_vectors("u", "exchange", ["a", "b"], np.stack([unit(1, 0, 0), unit(0, 1, 0)]))
     assert len(store.vector_search("u", "exchange", unit(1, 0, 0), 10)) == 2  # now cached

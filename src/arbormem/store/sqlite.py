@@ -58,6 +58,33 @@ from .state import TopicMeta, no_merge_in
 log = logging.getLogger("arbormem.store")
 
 _FTS = {"exchange": "exchange_fts", "topic": "topic_fts"}
+
+_BLAS_LOCK = threading.Lock()
+_BLAS: list[Any] = []  # [the threadpoolctl controller, or None without the package], on first use
+
+
+def _one_blas_thread() -> Any:
+    """A context manager running BLAS on one thread (threadpoolctl), or None without it.
+
+    The limit is process-wide while it holds, so searches take it one at a time (a second
+    search restoring the first one's limit would leave BLAS on one thread for good)."""
+    if not _BLAS:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            _BLAS.append(ThreadpoolController())
+        except Exception:  # not installed, or no BLAS it knows: einsum instead
+            _BLAS.append(None)
+    ctl = _BLAS[0]
+    if ctl is None:
+        return None
+
+    @contextmanager
+    def limited() -> Iterator[None]:
+        with _BLAS_LOCK, ctl.limit(limits=1, user_api="blas"):
+            yield
+
+    return limited
 _ROWS = {"exchange": "exchanges", "topic": "topics"}
 
 
@@ -191,7 +218,8 @@ class _SnapshotIds:
 
 
 class _VecCache:
-    __slots__ = ("ids", "_index", "matrix", "rids", "max_rid", "del_gen", "n", "patched", "vgen", "saved")
+    __slots__ = ("ids", "_index", "matrix", "rids", "max_rid", "del_gen", "n", "patched", "vgen", "saved",
+                 "cols", "cols_n", "cols_stale")
 
     def __init__(self, dim: int) -> None:
         self.ids: list[str] | _SnapshotIds = []
@@ -208,6 +236,18 @@ class _VecCache:
         # rows overwritten in place since the ANN mirror last synced (only kept while the
         # partition has a mirror)
         self.patched: list[int] = []
+        # The matrix transposed (dim x capacity), for exact search below the ANN threshold
+        # (``_exact_scores``): its first ``cols_n`` columns mirror the rows, but for the rows
+        # in ``cols_stale`` (rewritten in place since). Built on the first exact search.
+        self.cols: np.ndarray | None = None
+        self.cols_n = 0
+        self.cols_stale: list[int] = []
+
+    def rewrite(self, j: int, v: np.ndarray) -> None:
+        """Overwrite row ``j`` in place (the transposed copy catches up at the next search)."""
+        self.matrix[j] = v
+        if self.cols is not None and j < self.cols_n:
+            self.cols_stale.append(j)
 
     @property
     def index(self) -> dict[str, int]:
@@ -828,7 +868,7 @@ class SQLiteStore(Store):
             for i, v in zip(ids, vectors, strict=True):
                 j = cache.index.get(i)
                 if j is not None:
-                    cache.matrix[j] = v
+                    cache.rewrite(j, v)
                     if mirrored:
                         cache.patched.append(j)
             if mirrored and len(cache.patched) > REBUILD_SHARE * max(cache.n, 1):
@@ -879,7 +919,7 @@ class SQLiteStore(Store):
                     v = np.frombuffer(blob, dtype=np.float32)
                     j = index.get(item_id)
                     if j is not None:
-                        cache.matrix[j] = v
+                        cache.rewrite(j, v)
                         cache.rids[j] = rid
                         if mirrored:
                             cache.patched.append(j)
@@ -923,10 +963,7 @@ class SQLiteStore(Store):
             # its saved file is checked and caught up if the partition grows back
             with self._cache_lock:
                 self._ann.pop((user_id, kind), None)
-        # einsum, not ``@``: a matrix-vector product through OpenBLAS fans out to every core,
-        # and on a busy 2-core machine its spinning threads took 10 ms for 10k x 384 where
-        # one thread takes 0.6 ms (the same trap as torch's threads; BENCHMARKS.md).
-        scores = np.einsum("ij,j->i", cache.matrix[:n], query)
+        scores = self._exact_scores(cache, query, n)
         if k < n:
             top = np.argpartition(-scores, k)[:k]
         else:
@@ -934,6 +971,39 @@ class SQLiteStore(Store):
         top = top[np.argsort(-scores[top])]
         ids = cache.ids  # (the k scores as Python floats in one call, not one numpy scalar each)
         return list(zip([ids[i] for i in top.tolist()], scores[top].tolist(), strict=True))
+
+    def _exact_scores(self, cache: _VecCache, query: np.ndarray, n: int) -> np.ndarray:
+        """The query's dot product with the first ``n`` cached rows.
+
+        Through a transposed copy of the matrix and one BLAS call on one thread: at 10k x 384
+        that took 0.6 ms where ``einsum`` over the rows took 1.9 (AMD EPYC, 2 cores; BLAS on
+        row-major rows, single-threaded, 2.3). Not on every BLAS thread: on a busy 2-core
+        machine its spinning threads took 10 ms (the same trap as torch's threads;
+        BENCHMARKS.md). Without threadpoolctl, ``einsum`` over the rows."""
+        limit = _one_blas_thread()
+        if limit is None:
+            return np.einsum("ij,j->i", cache.matrix[:n], query)
+        with self._cache_lock:
+            cols = cache.cols
+            dim = cache.matrix.shape[1]
+            if cols is None or cols.shape[0] != dim or cols.shape[1] < n:
+                # Room for a quarter more rows: appends copy only their own columns. (Below
+                # the ANN threshold, 50k x 384 by default: at most ~96 MB beside the matrix.)
+                grown = np.empty((dim, max(64, n + n // 4)), dtype=np.float32)
+                keep = min(cache.cols_n, n) if cols is not None and cols.shape[0] == dim else 0
+                if keep and cols is not None:
+                    grown[:, :keep] = cols[:, :keep]
+                cache.cols, cache.cols_n, cols = grown, keep, grown
+            if cache.cols_n < n:
+                cols[:, cache.cols_n:n] = cache.matrix[cache.cols_n:n].T
+                cache.cols_n = n
+            for j in cache.cols_stale:
+                if j < cache.cols_n:
+                    cols[:, j] = cache.matrix[j]
+            cache.cols_stale.clear()
+            view = cols[:, :n]
+        with limit():
+            return query @ view
 
     def _filtered_search(self, user_id: str, cache: _VecCache, query: np.ndarray, k: int,
                          where: ExchangeFilter) -> list[tuple[str, float]]:
