@@ -86,9 +86,9 @@ def shared_words(a: Mapping[str, int], b: Mapping[str, int], df: Mapping[str, in
     term counts (``TopicRecord.terms``) weighted by (1 + log count) x log(n_docs / df), over
     the words that recur (df >= 2) but are not everywhere (df <= n_docs / 4).
 
-    Why: two visits to one subject months apart ("the Rust ping tool" and "cross compiling it
-    for the Pi") can be far apart by average vector link, while both say "Rust", "binary",
-    "cargo"; a word in a quarter of a user's exchanges (a name, "plan") says nothing of a
+    Why: two visits to one subject months apart (weeding the allotment's beds in March,
+    planting onion sets in May) can be far apart by average vector link, while both say
+    "allotment", "bed", "plot"; a word in a quarter of a user's exchanges (a name, "plan") says nothing of a
     subject, and a word seen once cannot be shared. Only consolidation uses it
     (``TreeSession.join_related``), on the bounded top level."""
     def weights(counts: Mapping[str, int]) -> dict[str, float]:

@@ -602,11 +602,14 @@ class TreeSession:
         (the node moved, its new parent, the score, the threshold) per move.
 
         Why: placement homes a run on what the vectors know when it arrives. Two visits to
-        one subject months apart ("the Rust ping tool", "cross compiling it for the Pi") can
-        sit below the theme threshold by average link alone while both name "Rust", "cargo",
-        "binary"; on the subject histories the shared words separate a subject's visits from
-        related subjects better than either signal alone (docs/tree.md, "Related branches").
-        The top level is bounded (``root_children``), so the pairs are few."""
+        one subject months apart (couch grass and a manure pile in March; potatoes, onion sets
+        and a frost forecast in May) can sit below the theme threshold by average link alone
+        while both name the allotment, its beds and plot; on the subject histories the shared
+        words separate a subject's visits from related subjects better than either signal
+        alone (docs/tree.md, "Related branches"). The shared words count above their usual
+        level between any two branches, so a memory where all branches share vocabulary (two
+        friends catching up) gets no bonus. The top level is bounded (``root_children``), so
+        the pairs are few."""
         weight = self.s.related_words
         if weight <= 0:
             return []
