@@ -546,14 +546,7 @@ class TreeSession:
         at = self._theme_at() - self.s.small_topic_slack
         if link < at:
             return None
-        if target.kind == "theme":
-            shape = self._shapes([target.id])[target.id]
-            parent = self.get(self._descend(leaf.vec_sum, leaf.size, shape, at)) or target
-        else:
-            parent = self._pair_theme(target)
-        self._move_subtree(leaf, parent)
-        self.bound_fanout(parent, leaf.created_seq)
-        return parent, link, at
+        return self._join(leaf, target, at), link, at
 
     def home_namesake(self, node: TopicRecord) -> tuple[TopicRecord, float, float] | None:
         """Consolidation's namesakes step: a top-level node titled as another, bigger (or as big
@@ -646,17 +639,23 @@ class TreeSession:
             if best is None:
                 return moves
             score, mover, target = best
-            assert mover.vec_sum is not None
-            if target.kind == "theme":
-                shape = self._shapes([target.id])[target.id]
-                parent = self.get(self._descend(mover.vec_sum, mover.size, shape, at)) or target
-            else:
-                parent = self._pair_theme(target)
-            self._move_subtree(mover, parent)
-            self.bound_fanout(parent, mover.created_seq)
-            moves.append((mover, parent, score, at))
+            moves.append((mover, self._join(mover, target, at), score, at))
             changed = {mover.id, target.id}
             scores = {k: v for k, v in scores.items() if not changed.intersection(k)}
+
+    def _join(self, node: TopicRecord, target: TopicRecord, at: float) -> TopicRecord:
+        """Move ``node`` into the top-level branch ``target``: into the sub-theme of a theme it
+        relates to best (while at ``at`` or above), or beside a lone topic (the two become a
+        theme). Returns its new parent."""
+        assert node.vec_sum is not None
+        if target.kind == "theme":
+            shape = self._shapes([target.id])[target.id]
+            parent = self.get(self._descend(node.vec_sum, node.size, shape, at)) or target
+        else:
+            parent = self._pair_theme(target)
+        self._move_subtree(node, parent)
+        self.bound_fanout(parent, node.created_seq)
+        return parent
 
     def to_top(self, node: TopicRecord) -> None:
         """Move a node back to the top level (undoing ``home_short`` or ``home_namesake``)."""
