@@ -773,14 +773,16 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
     return pool.render(_pick(ranked))
 
 
-#: A theme's longer shared phrase holding its best phrase wins at this share of its score.
+#: A longer phrase holding the best phrase wins at this share of its score: in a topic, and
+#: in a theme (whose longer phrase is shared by two children already).
+_TOPIC_EXTEND = 0.8
 _THEME_EXTEND = 0.6
 
 #: How many of the best-ranked phrases ``_pick`` looks at.
 _PICK_DEPTH = 8
 
 
-def _pick(ranked: list[tuple[float, str]], extend: float = 0.8) -> str:
+def _pick(ranked: list[tuple[float, str]], extend: float = _TOPIC_EXTEND) -> str:
     """The best-scored phrase, unless a longer phrase holding it is nearly as good (at least
     ``extend`` times its score)."""
     best = ranked[0][1]

@@ -610,18 +610,22 @@ class TreeSession:
         n_docs = max(1, self.root.size)
         current = self.root.meta.current
         df: dict[str, int] = {}
-        scores: dict[tuple[str, str], float] = {}
-        moves: list[tuple[TopicRecord, TopicRecord, float, float]] = []
-        usual: float | None = None
-        while True:
+
+        def top_level() -> list[TopicRecord]:
+            """The top-level branches, with the document frequencies of their words in ``df``."""
             tops = [c for c in self.children(self.root) if c.vec_sum is not None and c.size > 0]
             missing = {w for c in tops for w in c.terms if w not in df}
             if missing:
                 got = self.store.get_term_df(self.user_id, sorted(missing))
                 df.update({w: got.get(w, 0) for w in missing})
-            if usual is None:
-                pairs = [shared_words(a.terms, b.terms, df, n_docs) for i, a in enumerate(tops) for b in tops[i + 1:]]
-                usual = sum(pairs) / len(pairs) if pairs else 0.0
+            return tops
+
+        tops = top_level()
+        pairs = [shared_words(a.terms, b.terms, df, n_docs) for i, a in enumerate(tops) for b in tops[i + 1:]]
+        usual = sum(pairs) / len(pairs) if pairs else 0.0
+        scores: dict[tuple[str, str], float] = {}
+        moves: list[tuple[TopicRecord, TopicRecord, float, float]] = []
+        while True:
             best: tuple[float, TopicRecord, TopicRecord] | None = None
             for i, a in enumerate(tops):
                 for b in tops[i + 1:]:
@@ -642,6 +646,7 @@ class TreeSession:
             moves.append((mover, self._join(mover, target, at), score, at))
             changed = {mover.id, target.id}
             scores = {k: v for k, v in scores.items() if not changed.intersection(k)}
+            tops = top_level()
 
     def _join(self, node: TopicRecord, target: TopicRecord, at: float) -> TopicRecord:
         """Move ``node`` into the top-level branch ``target``: into the sub-theme of a theme it

@@ -59,15 +59,17 @@ log = logging.getLogger("arbormem.store")
 
 _FTS = {"exchange": "exchange_fts", "topic": "topic_fts"}
 
+_ROWS = {"exchange": "exchanges", "topic": "topics"}
+
+# Exact search's BLAS call runs on one thread (``SQLiteStore._exact_scores``). The limit is
+# process-wide while it holds, so searches take it one at a time: a second search restoring
+# the first one's limit would leave BLAS on one thread for good.
 _BLAS_LOCK = threading.Lock()
-_BLAS: list[Any] = []  # [the threadpoolctl controller, or None without the package], on first use
+_BLAS: list[Any] = []  # [the threadpoolctl controller, or None without it], on first use
 
 
-def _one_blas_thread() -> Any:
-    """A context manager running BLAS on one thread (threadpoolctl), or None without it.
-
-    The limit is process-wide while it holds, so searches take it one at a time (a second
-    search restoring the first one's limit would leave BLAS on one thread for good)."""
+def _blas_controller() -> Any:
+    """threadpoolctl's controller of the loaded BLAS, or None without the package."""
     if not _BLAS:
         try:
             from threadpoolctl import ThreadpoolController
@@ -75,17 +77,7 @@ def _one_blas_thread() -> Any:
             _BLAS.append(ThreadpoolController())
         except Exception:  # not installed, or no BLAS it knows: einsum instead
             _BLAS.append(None)
-    ctl = _BLAS[0]
-    if ctl is None:
-        return None
-
-    @contextmanager
-    def limited() -> Iterator[None]:
-        with _BLAS_LOCK, ctl.limit(limits=1, user_api="blas"):
-            yield
-
-    return limited
-_ROWS = {"exchange": "exchanges", "topic": "topics"}
+    return _BLAS[0]
 
 
 #: Query terms found in more of a user's exchanges than this are left out of lexical search
@@ -980,29 +972,28 @@ class SQLiteStore(Store):
         row-major rows, single-threaded, 2.3). Not on every BLAS thread: on a busy 2-core
         machine its spinning threads took 10 ms (the same trap as torch's threads;
         BENCHMARKS.md). Without threadpoolctl, ``einsum`` over the rows."""
-        limit = _one_blas_thread()
-        if limit is None:
+        ctl = _blas_controller()
+        if ctl is None:
             return np.einsum("ij,j->i", cache.matrix[:n], query)
         with self._cache_lock:
+            # (A cache's rows only grow, and another dimension gets a new cache: the copy's
+            # first cols_n columns stay valid but for cols_stale.)
             cols = cache.cols
-            dim = cache.matrix.shape[1]
-            if cols is None or cols.shape[0] != dim or cols.shape[1] < n:
+            if cols is None or cols.shape[1] < n:
                 # Room for a quarter more rows: appends copy only their own columns. (Below
                 # the ANN threshold, 50k x 384 by default: at most ~96 MB beside the matrix.)
-                grown = np.empty((dim, max(64, n + n // 4)), dtype=np.float32)
-                keep = min(cache.cols_n, n) if cols is not None and cols.shape[0] == dim else 0
-                if keep and cols is not None:
-                    grown[:, :keep] = cols[:, :keep]
-                cache.cols, cache.cols_n, cols = grown, keep, grown
+                grown = np.empty((cache.matrix.shape[1], max(64, n + n // 4)), dtype=np.float32)
+                if cols is not None:
+                    grown[:, :cache.cols_n] = cols[:, :cache.cols_n]
+                cache.cols = cols = grown
             if cache.cols_n < n:
                 cols[:, cache.cols_n:n] = cache.matrix[cache.cols_n:n].T
                 cache.cols_n = n
             for j in cache.cols_stale:
-                if j < cache.cols_n:
-                    cols[:, j] = cache.matrix[j]
+                cols[:, j] = cache.matrix[j]
             cache.cols_stale.clear()
             view = cols[:, :n]
-        with limit():
+        with _BLAS_LOCK, ctl.limit(limits=1, user_api="blas"):
             return query @ view
 
     def _filtered_search(self, user_id: str, cache: _VecCache, query: np.ndarray, k: int,
