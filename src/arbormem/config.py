@@ -93,6 +93,10 @@ class TreeSettings(BaseModel):
     # link plus this weight times the words they share (organize/heuristics.shared_words)
     # reaches the theme threshold (docs/tree.md, "Related branches"). 0 turns the step off.
     related_words: float = Field(default=0.3, ge=0)
+    # With an embedder that embeds short phrases meaningfully (``Embedder.names_phrases``: the
+    # bundled MiniLM), a theme's title is the candidate phrase nearest its centroid among the
+    # best-scored few (organize/title_vectors.py, docs/titles.md). False: counts alone.
+    title_vectors: bool = True
     # Nearest topics (by centroid) considered when homing a run.
     home_candidates: int = Field(default=24, ge=1, le=1000)
     # A gap this long between exchanges (or a new session id) always closes the open topic

@@ -34,6 +34,7 @@ from .errors import ConfigError, ValidationError
 from .lexical_keys import write_lexical_keys
 from .models import Exchange
 from .organize.shift import load_head
+from .organize.title_vectors import phrase_vectors
 from .organize.tree import TreeSession, new_id
 from .store.base import Store
 from .text import term_counts, terms
@@ -69,6 +70,9 @@ class Writer:
         #: Placement's topic-shift head for this embedder (organize/shift.py): None without one
         #: or with ``TreeSettings.shift_head`` off (the one place that setting is read).
         self.shift = load_head(embedder.shift_head) if embedder.shift_head and settings.tree.shift_head else None
+        #: Titling's view of candidate phrases through this embedder (organize/title_vectors.py),
+        #: shared by every unit of work of the memory; None: offline titles.
+        self.phrases = phrase_vectors(embedder, settings.tree)
 
     # -- the embedder binding -------------------------------------------------------------------
     def check_embedder(self, *, bind: bool = True) -> None:
@@ -155,7 +159,7 @@ class Writer:
         store = self.store
         if ex.status == "completed" and ex.topic_id:
             vec = store.get_vectors(ex.user_id, "exchange", [ex.id]).get(ex.id)
-            tree = TreeSession(store, ex.user_id, self.settings.tree)
+            tree = TreeSession(store, ex.user_id, self.settings.tree, phrases=self.phrases)
             # Row first: tree.remove recomputes the topic's span from its stored exchanges.
             store.delete_exchange(ex.id)
             tree.remove(ex, vec, term_counts(ex.text))
@@ -176,7 +180,7 @@ class Unit:
     def __init__(self, writer: Writer, user_id: str) -> None:
         self.writer = writer
         self.user_id = user_id
-        self.tree = TreeSession(writer.store, user_id, writer.settings.tree, writer.shift)
+        self.tree = TreeSession(writer.store, user_id, writer.settings.tree, writer.shift, writer.phrases)
         self.added: list[Exchange] = []
         self._counts: list[Mapping[str, int]] = []
         self._vecs: list[np.ndarray] = []

@@ -475,8 +475,10 @@ class Memory:
         if segment:
             from .organize.segment import segment_tail
 
-            seg = segment_tail(self.store, self.llm, uid, self.settings.tree, deadline=deadline)
-        report = organize_labels(self.store, self.llm, uid, self.settings.tree, limit=limit, deadline=deadline)
+            seg = segment_tail(self.store, self.llm, uid, self.settings.tree, deadline=deadline,
+                              phrases=self.writer.phrases)
+        report = organize_labels(self.store, self.llm, uid, self.settings.tree, limit=limit, deadline=deadline,
+                                 phrases=self.writer.phrases)
         return dataclasses.replace(report, segmented=seg)
 
     def topic_detail(self, topic_id: str, *, user_id: str) -> str | None:
@@ -508,7 +510,8 @@ class Memory:
         self._await(uid)
         # Consolidation embeds tags and compares centroids: never with another model's vectors.
         self.writer.check_embedder()
-        return consolidate(self.store, self.embedder, uid, self.settings.tree, llm=self.llm, options=options)
+        return consolidate(self.store, self.embedder, uid, self.settings.tree, llm=self.llm, options=options,
+                           phrases=self.writer.phrases)
 
     def read(self, topic_id: str, *, user_id: str, depth: int = 0) -> TopicReading:
         """Read a topic at one of three depths: 0 title and summary, 1 detailed summary (the
@@ -537,13 +540,14 @@ class Memory:
         if user_id is not None:
             self._await(v.user_id(user_id))
         return undo(self.store, v.item_id(change_id, "change_id"), self.settings.tree,
-                    user_id=None if user_id is None else v.user_id(user_id))
+                    user_id=None if user_id is None else v.user_id(user_id), phrases=self.writer.phrases)
 
     def set_recall_mode(self, topic_id: str, mode: RecallMode, *, user_id: str) -> Topic:
         """``passive`` (always in the recalled context, within its budget share), ``active``
         (recalled when relevant; the default) or ``both``."""
         self._await(v.user_id(user_id))
-        set_recall_mode(self.store, v.user_id(user_id), v.item_id(topic_id, "topic_id"), mode, self.settings.tree)
+        set_recall_mode(self.store, v.user_id(user_id), v.item_id(topic_id, "topic_id"), mode, self.settings.tree,
+                        self.writer.phrases)
         return self.topic(topic_id, user_id=user_id)
 
     def pin(self, topic_id: str, *, user_id: str) -> Topic:
@@ -688,7 +692,7 @@ class Memory:
                 vecs = self.store.get_vectors(uid, "exchange", [e.id for e in exs])
                 for t in self.store.list_topics(uid):
                     self.store.delete_topic(t.id)
-                tree = TreeSession(self.store, uid, self.settings.tree, self.writer.shift)
+                tree = TreeSession(self.store, uid, self.settings.tree, self.writer.shift, self.writer.phrases)
                 for e in exs:
                     vec = vecs.get(e.id)
                     if vec is None:

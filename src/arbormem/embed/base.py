@@ -32,6 +32,11 @@ class Embedder(ABC):
     #: (background placement, ``backlog.py``) then split them by length first; a remote
     #: embedder is better served by fewer, larger requests.
     pads_batches: bool = False
+    #: Capability: the model embeds a two-word phrase as meaningfully as a sentence (a local
+    #: sentence model), so titling may ask which candidate phrase sits nearest a theme
+    #: (``organize/title_vectors.py``). Off for bag-of-words test embedders and for remote
+    #: ones (a request per retitled theme, inside the write lock).
+    names_phrases: bool = False
 
     @property
     @abstractmethod

@@ -46,6 +46,7 @@ class LocalEmbedder(Embedder):
     """A sentence-transformers model on CPU (default: the bundled all-MiniLM-L6-v2)."""
 
     pads_batches = True
+    names_phrases = True
 
     def __init__(
         self, model_path: str | os.PathLike[str] | None = None, *, threads: int = 1,

@@ -60,6 +60,7 @@ from .heuristics import is_trivial, names, near_duplicate_text, signature, updat
 from .merge import merge_topics, set_links
 from .models import ConsolidationReport
 from .thresholds import Thresholds, thresholds_for
+from .title_vectors import PhraseVectors, phrase_vectors
 from .tree import TreeSession
 from .veto import Veto, lexical_veto, llm_veto
 
@@ -200,14 +201,18 @@ def consolidate(
     *,
     llm: Any = None,
     options: ConsolidationOptions | None = None,
+    phrases: PhraseVectors | None = None,
 ) -> ConsolidationReport:
     """Consolidate one user's memory (see the module docstring); returns what was done.
 
     ``llm`` is an optional ``LLMRunner`` used for the merge veto. Safe to run while the user
     keeps writing: decisions are re-checked inside each short write transaction. Each pass
-    keeps a watermark, so a later run looks only at what changed since.
+    keeps a watermark, so a later run looks only at what changed since. ``phrases``: the
+    memory's titling aid (``Writer.phrases``; by default one made for ``embedder``), so
+    themes retitled here are titled as placement titles them.
     """
     opts = options or ConsolidationOptions()
+    phrases = phrases or phrase_vectors(embedder, settings)
     thr = opts.thresholds or thresholds_for(getattr(embedder, "name", ""))
     t0 = time.perf_counter()
     calls_before = llm.total_calls if llm is not None else 0
@@ -221,10 +226,10 @@ def consolidate(
     st = _state(store, user_id)
 
     if opts.merge or opts.link:
-        again = _merge_and_link(store, user_id, settings, llm, opts, thr, counts, changes, st)
+        again = _merge_and_link(store, user_id, settings, llm, opts, thr, counts, changes, st, phrases)
         _save_state(store, user_id, topics=high, dirty=sorted(again))
     if opts.short:
-        _short_pass(store, user_id, settings, counts, changes)
+        _short_pass(store, user_id, settings, counts, changes, phrases)
     if opts.archive or opts.dedup or opts.supersede:
         _exchanges_pass(store, user_id, opts, thr, counts, changes, st.exchanges)
         _save_state(store, user_id, exchanges=high)
@@ -241,7 +246,8 @@ def consolidate(
 # Long: judge the candidate pairs without a transaction (LLM calls), then apply them in
 # one short transaction that re-checks each; the two halves share the decisions.
 def _merge_and_link(store: Store, user_id: str, settings: TreeSettings, llm: Any, opts: ConsolidationOptions,
-                    thr: Thresholds, counts: dict[str, int], changes: list[str], st: RunMarks) -> set[str]:
+                    thr: Thresholds, counts: dict[str, int], changes: list[str], st: RunMarks,
+                    phrases: PhraseVectors | None = None) -> set[str]:
     """Returns the topics the next run must look at again (survivors, postponed pairs)."""
     _, leaves = _leaves(store, user_id)
     if len(leaves) < 2:
@@ -307,7 +313,7 @@ def _merge_and_link(store: Store, user_id: str, settings: TreeSettings, llm: Any
     if not merges and not (opts.link and links):
         return again
     with store.transaction(user_id):
-        tree = TreeSession(store, user_id, settings)
+        tree = TreeSession(store, user_id, settings, phrases=phrases)
         current = tree.root.meta.current
         touched: list[TopicRecord] = []
         # Absorbed topics that were survivors hand their parts over: their alias vectors in one
@@ -355,7 +361,7 @@ def _merge_and_link(store: Store, user_id: str, settings: TreeSettings, llm: Any
 
 
 def _short_pass(store: Store, user_id: str, settings: TreeSettings, counts: dict[str, int],
-                changes: list[str]) -> None:
+                changes: list[str], phrases: PhraseVectors | None = None) -> None:
     """Top-level strays go home: a node titled as a bigger top-level branch joins it when no
     less related than any two exchanges (``TreeSession.home_namesake``); then each closed
     topic (or small theme) of at most ``small_topic`` exchanges alone at the top level joins
@@ -363,7 +369,7 @@ def _short_pass(store: Store, user_id: str, settings: TreeSettings, counts: dict
     returns"). Runs on the grown tree, after merging; the top level is
     bounded (``root_children``), so the pass reads little. Each move is logged and undoable."""
     with store.transaction(user_id):
-        tree = TreeSession(store, user_id, settings)
+        tree = TreeSession(store, user_id, settings, phrases=phrases)
         current = tree.root.meta.current
 
         def log(node: TopicRecord, parent: TopicRecord, link: float, at: float, why: str) -> None:

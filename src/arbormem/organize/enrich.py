@@ -32,6 +32,7 @@ from ..llm.roles import (
 from ..llm.runner import LLMRunner
 from ..models import Exchange
 from ..store.base import Store, TopicRecord
+from .title_vectors import PhraseVectors
 from .tree import TreeSession
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ def organize_labels(
     min_size: int = 1,
     max_failures: int = 3,
     deadline: float | None = None,
+    phrases: PhraseVectors | None = None,
 ) -> EnrichReport:
     """Label up to ``limit`` frozen topics of a user through the LLM (newest first).
 
@@ -149,7 +151,7 @@ def organize_labels(
         streak = 0
         failed += sum(1 for rec, _ in group if rec.id not in result.labels)
         with store.transaction(user_id):
-            tree = TreeSession(store, user_id, settings)
+            tree = TreeSession(store, user_id, settings, phrases=phrases)
             for rec, _ in group:
                 label = result.labels.get(rec.id)
                 if label is None:

@@ -741,7 +741,7 @@ class _Scorer:
 
 
 def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int = 1,
-               avoid: Collection[str] = ()) -> str:
+               avoid: Collection[str] = (), closeness: Closeness | None = None) -> str:
     """The title of a node from its phrase counter (``phrase_counts`` summed over its texts).
 
     ``df`` gives the user's document frequency of a word (``text.terms`` spelling; a mapping
@@ -753,7 +753,7 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
     holds no phrase (texts of nothing but pleasantries, numbers and function words).
     ``avoid``: titles not to give (a topic: its theme's; a theme: its children's, as
     "Learning Japanese" > "Learning Japanese" tells a reader nothing), unless the node has no
-    other phrase.
+    other phrase. ``closeness``: see ``theme_title``.
     """
     pool = _Pool(phrases)
     m = max(1, members)
@@ -770,7 +770,7 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
         said = {title_key(a) for a in avoid}
         other = list(itertools.islice((r for r in ranked if title_key(pool.render(r[1])) not in said), _PICK_DEPTH))
         ranked = other or ranked
-    return pool.render(_pick(ranked))
+    return _choose(pool, ranked, _TOPIC_EXTEND, closeness)
 
 
 #: A longer phrase holding the best phrase wins at this share of its score: in a topic, and
@@ -780,6 +780,35 @@ _THEME_EXTEND = 0.6
 
 #: How many of the best-ranked phrases ``_pick`` looks at.
 _PICK_DEPTH = 8
+
+
+#: With ``closeness``, a candidate's score counts with this power beside its closeness to the
+#: node: the nearest of the best few wins unless it scored far below them (docs/titles.md,
+#: "Nearest phrase"; 0 would ignore the counts, 1 weigh them as much as the closeness).
+_NEAR_SCORE = 0.25
+
+#: Cosines of rendered candidate titles to the node (``title_vectors.PhraseVectors``), or None
+#: when they cannot be had (the offline pick stands).
+Closeness = Callable[[Sequence[str]], Sequence[float] | None]
+
+
+def _choose(pool: _Pool, ranked: list[tuple[float, str]], extend: float,
+            closeness: Closeness | None) -> str:
+    """The title among ``ranked``: the offline pick (``_pick``), or with ``closeness`` the one
+    of the best ``_PICK_DEPTH`` whose score (to the power ``_NEAR_SCORE``, relative to the
+    best) times its cosine to the node is highest; the first on a tie. (A theme may so take
+    a child's title, as the offline pick may; the child then takes its next phrase:
+    ``TreeSession._unrepeat``. Keeping children's titles out instead let a child that took
+    the subject's word push its theme onto a side word: "Beginners" over "Chord".)"""
+    top = ranked[:_PICK_DEPTH]
+    if closeness is not None and len(top) > 1 and top[0][0] > 0:
+        texts = [pool.render(key) for _, key in top]
+        near = closeness(texts)
+        if near is not None and len(near) == len(texts):
+            best = top[0][0]
+            value = [(score / best) ** _NEAR_SCORE * max(0.0, c) for (score, _), c in zip(top, near, strict=True)]
+            return texts[value.index(max(value))]
+    return pool.render(_pick(ranked, extend))
 
 
 def _pick(ranked: list[tuple[float, str]], extend: float = _TOPIC_EXTEND) -> str:
@@ -794,7 +823,8 @@ def _pick(ranked: list[tuple[float, str]], extend: float = _TOPIC_EXTEND) -> str
 
 
 def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
-                members: int | None = None, avoid: Collection[str] = ()) -> str:
+                members: int | None = None, avoid: Collection[str] = (),
+                closeness: Closeness | None = None) -> str:
     """The title of a theme from its children's phrase counters: what they share.
 
     A phrase held by at least two children scores by the share of children holding it, its
@@ -802,7 +832,9 @@ def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
     children (or one child), ``make_title`` over all of them together, ``members`` (the
     exchanges under the theme; default the number of children) passed on, and ``avoid``
     (the children's titles: with nothing shared, the best phrase of all is usually one
-    child's title, and the theme would wear its name).
+    child's title, and the theme would wear its name). ``closeness``, when given, returns
+    the cosines of candidate titles to the theme's centroid: the nearest of the best few
+    then wins (``_choose``; organize/title_vectors.py).
     """
     kids = [c for c in children if c]
     if not kids:
@@ -828,5 +860,5 @@ def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
             # is often its subject's head noun, and the phrase round it says which ("Book
             # club", not "Book"; "Ping tool", not "Ping"), while a shared phrase already
             # recurs in two children.
-            return pool.render(_pick(ranked, _THEME_EXTEND))
-    return make_title(total, df, n_docs, members=members or len(kids), avoid=avoid)
+            return _choose(pool, ranked, _THEME_EXTEND, closeness)
+    return make_title(total, df, n_docs, members=members or len(kids), avoid=avoid, closeness=closeness)

@@ -21,6 +21,7 @@ from ..store.base import ChangeRecord, Store, TopicRecord
 from ..text import idf, sentences, shorten, terms
 from .enrich import topic_detail
 from .models import Change, RecallMode, TopicReading
+from .title_vectors import PhraseVectors
 from .tree import TreeSession
 from .undo import find_change, mentions, undo_change
 
@@ -72,11 +73,12 @@ def read_topic(store: Store, llm: Any, rec: TopicRecord, view: Topic, depth: int
     return TopicReading(text=text, source="verbatim", exchanges=exchanges, **common)
 
 
-def set_recall_mode(store: Store, user_id: str, topic_id: str, mode: RecallMode, settings: TreeSettings) -> None:
+def set_recall_mode(store: Store, user_id: str, topic_id: str, mode: RecallMode, settings: TreeSettings,
+                    phrases: PhraseVectors | None = None) -> None:
     if mode not in get_args(RecallMode):
         raise ValidationError(f"recall mode must be one of {get_args(RecallMode)}, not {mode!r}")
     with store.transaction(user_id):
-        tree = TreeSession(store, user_id, settings)
+        tree = TreeSession(store, user_id, settings, phrases=phrases)
         node = tree.get(topic_id) if isinstance(topic_id, str) else None
         if node is None or node.kind == "root":
             raise NotFoundError(f"no topic {topic_id!r}")
@@ -122,13 +124,14 @@ def change_history(store: Store, item_id: str, *, user_id: str | None = None, li
     return out[:limit]
 
 
-def undo(store: Store, change_id: str, settings: TreeSettings, *, user_id: str | None = None) -> Change:
+def undo(store: Store, change_id: str, settings: TreeSettings, *, user_id: str | None = None,
+         phrases: PhraseVectors | None = None) -> Change:
     if not isinstance(change_id, str) or not change_id:
         raise ValidationError("change id must be a non-empty string")
     for uid in [user_id] if user_id else store.list_users():
         change = find_change(store, uid, change_id)
         if change is not None:
-            undo_id = undo_change(store, uid, change, settings)
+            undo_id = undo_change(store, uid, change, settings, phrases)
             rec = find_change(store, uid, undo_id, scan=10)
             assert rec is not None
             return _change(rec, set())

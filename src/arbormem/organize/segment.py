@@ -28,6 +28,7 @@ from ..models import Exchange
 from ..store.base import Store, TopicRecord
 from ..text import term_counts
 from .enrich import to_card, to_turns
+from .title_vectors import PhraseVectors
 from .tree import TreeSession
 
 
@@ -47,7 +48,7 @@ class SegmentReport:
 
 def segment_tail(store: Store, runner: LLMRunner, user_id: str, settings: TreeSettings, *,
                  window: int = 24, min_new: int = 6, min_follow: int = 4,
-                 deadline: float | None = None) -> SegmentReport:
+                 deadline: float | None = None, phrases: PhraseVectors | None = None) -> SegmentReport:
     """Let the LLM re-segment the user's open tail; see the module docstring. ``deadline``
     (``time.monotonic()``) bounds its LLM calls (the organize run's budget)."""
     calls0 = runner.total_calls
@@ -73,7 +74,7 @@ def segment_tail(store: Store, runner: LLMRunner, user_id: str, settings: TreeSe
         fresh = {e.seq: e for e in store.exchanges_by_seq(user_id, [e.seq for e in tail])}
         if any(fresh.get(e.seq) is None or fresh[e.seq].topic_id != e.topic_id for e in tail):
             return report(spans=len(seg.topics))  # the tail changed while the model thought
-        tree = TreeSession(store, user_id, settings)
+        tree = TreeSession(store, user_id, settings, phrases=phrases)
         vecs = store.get_vectors(user_id, "exchange", [e.id for e in tail])
         moved = created = 0
         done = through

@@ -23,6 +23,7 @@ it caches the nodes it reads and writes dirty ones (row, centroid, text index) o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import uuid
@@ -48,6 +49,7 @@ from .aliases import drop_aliases
 from .heuristics import shared_words
 from .index_text import llm_labelled, topic_index_text
 from .shift import ShiftHead
+from .title_vectors import PhraseVectors
 
 # Bounded per-node term statistics: enough for keywords and titles, small enough to rewrite.
 LEAF_TERMS = 96
@@ -62,10 +64,14 @@ def new_id(prefix: str) -> str:
 class TreeSession:
     """Unit of work over one user's tree; call inside ``store.transaction(user_id)``."""
 
-    def __init__(self, store: Store, user_id: str, settings: TreeSettings, shift: ShiftHead | None = None) -> None:
+    def __init__(self, store: Store, user_id: str, settings: TreeSettings, shift: ShiftHead | None = None,
+                 phrases: PhraseVectors | None = None) -> None:
         self.store = store
         self.user_id = user_id
         self.s = settings
+        # The embedder's view of candidate titles (organize/title_vectors.py; the writer
+        # passes it): with it a theme wears the candidate nearest its centroid.
+        self.phrases = phrases
         # The embedder's topic-shift head (organize/shift.py; the writer passes it when
         # ``shift_head`` is on): with it, placement asks the head rather than the link rule
         # whether an exchange opens a topic (``_opens``). Lookahead judges pairs by the link.
@@ -1104,15 +1110,24 @@ class TreeSession:
             kids = [k.meta.phrases for k in children]
             if any(kids):
                 below = [k.title for k in children if k.title]
-                title = labels.theme_title(kids, df, n_docs, members=node.size, avoid=below)
+                title = labels.theme_title(kids, df, n_docs, members=node.size, avoid=below,
+                                           closeness=self._closeness(node))
                 # A sub-theme titled as the theme above it takes its own next phrase instead
                 # (none of its children's either).
                 if not (avoid and phrases and labels.title_key(title) == labels.title_key(avoid[0])):
                     return title
                 avoid += below
         if phrases:
-            return labels.make_title(phrases, df, n_docs, members=node.size, avoid=avoid)
+            near = self._closeness(node) if node.kind == "theme" else None
+            return labels.make_title(phrases, df, n_docs, members=node.size, avoid=avoid, closeness=near)
         return make_title(node.keywords)
+
+    def _closeness(self, node: TopicRecord) -> labels.Closeness | None:
+        """Cosines of candidate titles to the node's centroid, when the embedder can say."""
+        centroid = node.centroid() if self.phrases is not None else None
+        if centroid is None or self.phrases is None:
+            return None
+        return functools.partial(self.phrases.closeness, centroid=centroid)
 
     def _unrepeat(self, theme: TopicRecord, df: Mapping[str, int], n_docs: int) -> list[TopicRecord]:
         """Children (topics and sub-themes, offline titles) whose title is the theme's new one,

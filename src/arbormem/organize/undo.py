@@ -12,6 +12,7 @@ from ..errors import NotFoundError, StateError
 from ..store.base import ChangeRecord, Store
 from ..store.state import ExchangeMarks
 from .merge import set_links, unmerge
+from .title_vectors import PhraseVectors
 from .tree import TreeSession
 
 #: Change-log actions that ``undo_change`` can reverse.
@@ -26,7 +27,8 @@ def is_undone(store: Store, user_id: str, change_id: str) -> bool:
     return any(c.action == "undo" for c in store.list_changes(user_id, target_id=change_id, limit=10))
 
 
-def undo_change(store: Store, user_id: str, change: ChangeRecord, settings: TreeSettings) -> str:
+def undo_change(store: Store, user_id: str, change: ChangeRecord, settings: TreeSettings,
+                phrases: PhraseVectors | None = None) -> str:
     """Reverse one logged merge, archive, dedup, supersession, link or top-level stray's move
     (``rehome``); returns the undo's id."""
     if change.action not in UNDOABLE:
@@ -37,7 +39,7 @@ def undo_change(store: Store, user_id: str, change: ChangeRecord, settings: Tree
     with store.transaction(user_id):
         restored: dict[str, Any] = {}
         if change.action == "merge":
-            tree = TreeSession(store, user_id, settings)
+            tree = TreeSession(store, user_id, settings, phrases=phrases)
             seq = max(0, tree.root.end_seq or 0)
             restored["topic"] = unmerge(store, tree, d, seq)
             tree.flush()
@@ -59,7 +61,7 @@ def undo_change(store: Store, user_id: str, change: ChangeRecord, settings: Tree
                 store.update_exchange(dataclasses.replace(newer, metadata=nm.apply(newer.metadata)))
         elif change.action == "rehome":
             # Back to the top level, and kept there: the next run must not move it again.
-            tree = TreeSession(store, user_id, settings)
+            tree = TreeSession(store, user_id, settings, phrases=phrases)
             leaf = tree.get(change.target_id)
             if leaf is None:
                 raise NotFoundError(f"topic {change.target_id} no longer exists")
@@ -68,7 +70,7 @@ def undo_change(store: Store, user_id: str, change: ChangeRecord, settings: Tree
             tree.touch(leaf, summarise=False)
             tree.flush()
         elif change.action == "link":
-            tree = TreeSession(store, user_id, settings)
+            tree = TreeSession(store, user_id, settings, phrases=phrases)
             a, b = tree.get(d["a"]), tree.get(d["b"])
             for x, y in ((a, b), (b, a)):
                 if x is not None and y is not None:

@@ -1,0 +1,145 @@
+"""Theme titles chosen by closeness (organize/title_vectors.py, docs/titles.md "Nearest
+phrase"): among a theme's best-scored candidate phrases, the one the memory's embedder puts
+nearest the theme's centroid. Real MiniLM and real SQLite files, one of our subject
+histories (benchmarks/data/subjects_dev.json: Graham's solar panels, bees, rental flat...)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from arbormem import Memory
+from arbormem.config import Settings, TreeSettings
+from arbormem.embed.base import Embedder
+from arbormem.embed.testing import HashEmbedder
+from arbormem.errors import EmbeddingError
+from arbormem.organize import labels
+from arbormem.organize.title_vectors import PhraseVectors, phrase_vectors
+
+from .conftest import check_tree
+from .test_short_returns import _history
+
+
+def _items(rows: list[dict]) -> list[dict]:
+    return [{"messages": [{"role": "user", "content": x["user"]},
+                          {"role": "assistant", "content": x["assistant"]}],
+             "session_id": x["session"], "at": x["at"]} for x in rows]
+
+
+def _themes(mem: Memory) -> dict[frozenset[str], tuple[str, str]]:
+    """Each theme by its exchanges: (id, title)."""
+    topic_of: dict[str, list[str]] = {}
+    for e in mem.exchanges(user_id="u"):
+        topic_of.setdefault(e.topic_id or "", []).append(e.text)
+    out = {}
+    for node in mem.tree(user_id="u").walk():
+        if node.kind == "theme":
+            texts = frozenset(t for n in node.walk() for t in topic_of.get(n.id, []))
+            out[texts] = (node.id, node.title)
+    return out
+
+
+class _Counting(Embedder):
+    """The real model behind a call counter (and, with ``fail_short``, an outage for short
+    texts only: the titling calls, not the exchanges)."""
+
+    names_phrases = True
+
+    def __init__(self, inner: Embedder, *, fail_short: bool = False) -> None:
+        self.inner = inner
+        self.name = "counting-minilm"
+        self.calls = 0
+        self.fail_short = fail_short
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls += 1
+        if self.fail_short and all(len(t.split()) <= 4 for t in texts):
+            raise EmbeddingError("model server went away")
+        return self.inner.embed(list(texts))
+
+
+def test_each_retitled_theme_is_nearer_its_centroid(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    rows = _history("Graham")
+    near = Memory(tmp_path / "near.db", embedder=minilm)
+    off = Memory(tmp_path / "off.db", embedder=minilm,
+                 settings=Settings(tree=TreeSettings(title_vectors=False)))
+    with near, off:
+        assert near.writer.phrases is not None and off.writer.phrases is None
+        for mem in (near, off):
+            mem.add_many(_items(rows), user_id="u")
+            mem.consolidate("u")
+            check_tree(mem, "u")
+        a, b = _themes(near), _themes(off)
+        same = [k for k in a if k in b]
+        assert len(same) >= 4  # the titles do not change the grouping
+        differ = [k for k in same if a[k][1] != b[k][1]]
+        assert differ, "no theme title moved on a history with 'Battery' for its solar panels"
+        vecs = near.store.get_vectors("u", "topic", [a[k][0] for k in differ])
+        for k in differ:
+            c = vecs[a[k][0]] / np.linalg.norm(vecs[a[k][0]])
+            chosen, offline = minilm.embed([a[k][1], b[k][1]]) @ c
+            # The choice weighs closeness against the counts; it never takes a farther phrase.
+            assert chosen > offline, (a[k][1], b[k][1])
+        titles = {t for _, t in a.values()}
+        assert "Solar panels" in titles  # the subject, where counts alone said "Battery"
+
+
+def test_a_failing_embedder_keeps_the_offline_titles(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    rows = _history("Graham")[:40]
+    shy = _Counting(minilm, fail_short=True)
+    plain = _Counting(minilm)
+    plain.names_phrases = False  # type: ignore[misc]
+    with Memory(tmp_path / "shy.db", embedder=shy) as m1, Memory(tmp_path / "plain.db", embedder=plain) as m2:
+        assert m2.writer.phrases is None
+        for mem in (m1, m2):
+            added = mem.add_many(_items(rows), user_id="u")
+            assert len(added) == len(rows)  # nothing lost to the titling outage
+            check_tree(mem, "u")
+        assert {k: t for k, (_, t) in _themes(m1).items()} == {k: t for k, (_, t) in _themes(m2).items()}
+
+
+def test_phrase_vectors_are_cached_and_exact(minilm) -> None:  # type: ignore[no-untyped-def]
+    counting = _Counting(minilm)
+    pv = PhraseVectors(counting, cache=3)
+    centroid = minilm.embed(["We are thinking of solar panels and a home battery."])[0]
+    first = pv.closeness(["Solar panels", "Battery"], centroid)
+    again = pv.closeness(["Battery", "Solar panels"], centroid)
+    assert counting.calls == 1  # the second call was served from the cache
+    direct = minilm.embed(["Solar panels", "Battery"]) @ centroid
+    assert first == pytest.approx(list(direct), abs=1e-6)
+    assert again == pytest.approx(list(direct[::-1]), abs=1e-6)
+    pv.closeness(["Tariff", "Export", "Roof"], centroid)  # past the cap: the cache starts over
+    assert counting.calls == 2
+    assert pv.closeness(["Solar panels"], centroid) == pytest.approx([direct[0]], abs=1e-6)
+    assert PhraseVectors(_Counting(minilm, fail_short=True)).closeness(["Battery"], centroid) is None
+
+
+def test_only_embedders_that_name_phrases_are_asked(minilm) -> None:  # type: ignore[no-untyped-def]
+    assert phrase_vectors(HashEmbedder(), TreeSettings()) is None
+    assert phrase_vectors(minilm, TreeSettings(title_vectors=False)) is None
+    assert isinstance(phrase_vectors(minilm, TreeSettings()), PhraseVectors)
+
+
+def test_theme_title_takes_the_nearest_of_its_best_candidates() -> None:
+    kids = [{"battery": 5, "roof": 1}, {"battery": 4, "roof": 1}]
+    df = {"battery": 2, "roof": 2}
+    offline = labels.theme_title(kids, df, 40)
+    assert offline == "Battery"
+
+    def near(texts: Sequence[str]) -> list[float]:
+        return [0.6 if t == "Roof" else 0.3 for t in texts]
+
+    assert labels.theme_title(kids, df, 40, closeness=near) == "Roof"
+    # No answer, or a wrong-sized one, keeps the offline pick.
+    assert labels.theme_title(kids, df, 40, closeness=lambda texts: None) == offline
+    assert labels.theme_title(kids, df, 40, closeness=lambda texts: [0.9]) == offline
+    # A phrase that scored far below the best does not win on a little more closeness.
+    kids = [{"battery": 40, "roof": 1}, {"battery": 40, "roof": 1}]
+    assert labels.theme_title(kids, df, 40, closeness=lambda t: [0.50 if x == "Battery" else 0.55 for x in t]) \
+        == "Battery"
