@@ -1118,6 +1118,9 @@ class TreeSession:
                     return title
                 avoid += below
         if phrases:
+            # Themes only: a topic under a theme says what sets it apart from its siblings,
+            # which the phrase nearest its own centroid mostly does not (docs/titles.md,
+            # "Nearest phrase", also for the lone top-level topics tried and not kept).
             near = self._closeness(node) if node.kind == "theme" else None
             return labels.make_title(phrases, df, n_docs, members=node.size, avoid=avoid, closeness=near)
         return make_title(node.keywords)
