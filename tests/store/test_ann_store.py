@@ -92,6 +92,25 @@ def test_exact_below_the_threshold_graph_above_it(db: Path) -> None:
     never.close()
 
 
+def test_exact_search_of_a_big_partition_keeps_no_transposed_copy(db: Path) -> None:
+    """Exact search of a partition at or past the ANN threshold (while its graph loads, or
+    through a filter) scores the rows in place: copying a 1M-row matrix made a cold open's
+    first recall 10.8 s (BENCHMARKS.md). A copy made while the partition was small goes."""
+    store = SQLiteStore(db, ann_threshold=1000)
+    vectors = fill(store, 600)
+    cache = store._refresh(U, "exchange", DIM)
+    assert [i for i, _ in store.vector_search(U, "exchange", QUERIES[0], 10)] == exact_top(vectors, QUERIES[0], 10)
+    assert cache.cols is not None  # small: the transposed copy serves exact search
+    vectors |= fill(store, 900, start=600, draw=1)
+    cache = store._refresh(U, "exchange", DIM)
+    for q in QUERIES[:5]:
+        scores = store._exact_scores(cache, q, cache.n)
+        assert cache.cols is None and cache.cols_n == 0
+        want = np.stack([vectors[i] for i in cache.ids[: cache.n]]) @ q
+        assert np.allclose(scores, want, atol=1e-5)
+    store.close()
+
+
 def test_in_memory_store_uses_a_graph_without_files(tmp_path: Path) -> None:
     store = SQLiteStore(":memory:", ann_threshold=300)
     vectors = fill(store, 800)

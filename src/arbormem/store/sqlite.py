@@ -66,6 +66,11 @@ _ROWS = {"exchange": "exchanges", "topic": "topics"}
 # the first one's limit would leave BLAS on one thread for good.
 _BLAS_LOCK = threading.Lock()
 _BLAS: list[Any] = []  # [the threadpoolctl controller, or None without it], on first use
+# The transposed copy of ``_exact_scores`` is kept only for partitions this small (or below
+# the store's ANN threshold, when lower). A big partition is searched exactly only while its
+# graph loads or builds, or through a filter: copying 1M x 384 rows (1.9 GB, read through
+# the whole memory-mapped snapshot) made a cold open's first recall take 10.8 s, not 2.
+_COPY_ROWS = 50_000
 
 
 def _blas_controller() -> Any:
@@ -971,9 +976,14 @@ class SQLiteStore(Store):
         that took 0.6 ms where ``einsum`` over the rows took 1.9 (AMD EPYC, 2 cores; BLAS on
         row-major rows, single-threaded, 2.3). Not on every BLAS thread: on a busy 2-core
         machine its spinning threads took 10 ms (the same trap as torch's threads;
-        BENCHMARKS.md). Without threadpoolctl, ``einsum`` over the rows."""
+        BENCHMARKS.md). Without threadpoolctl, or for a partition of ``_COPY_ROWS`` rows or
+        more, ``einsum`` over the rows."""
         ctl = _blas_controller()
-        if ctl is None:
+        if ctl is None or n >= min(self.ann_threshold or _COPY_ROWS, _COPY_ROWS):
+            if cache.cols is not None:
+                with self._cache_lock:
+                    cache.cols, cache.cols_n = None, 0  # grown past it: free the copy
+                    cache.cols_stale.clear()
             return np.einsum("ij,j->i", cache.matrix[:n], query)
         with self._cache_lock:
             # (A cache's rows only grow, and another dimension gets a new cache: the copy's
