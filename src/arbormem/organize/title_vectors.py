@@ -47,22 +47,23 @@ class PhraseVectors:
         """Cosine of each text to ``centroid`` (a unit vector); None when the embedder fails
         (the caller keeps its offline choice)."""
         with self._lock:
-            missing = list(dict.fromkeys(t for t in texts if t not in self._vecs))
+            # This call's own copy of what it needs: another thread may reset the cache
+            # while the embedder runs.
+            vecs = {t: v for t in texts if (v := self._vecs.get(t)) is not None}
+        missing = [t for t in dict.fromkeys(texts) if t not in vecs]
         if missing:
             try:
                 got = self.embedder.embed(missing)
             except EmbeddingError as exc:
                 log.warning("title vectors unavailable, keeping offline titles: %s", exc)
                 return None
+            fresh = dict(zip(missing, got, strict=True))
+            vecs.update(fresh)
             with self._lock:
-                if len(self._vecs) + len(missing) > self._cap:
+                if len(self._vecs) + len(fresh) > self._cap:
                     self._vecs.clear()  # phrases recur by theme; a full reset is simplest
-                self._vecs.update(zip(missing, got, strict=True))
-        with self._lock:
-            vecs = [self._vecs.get(t) for t in texts]
-        if any(v is None for v in vecs):  # another thread reset the cache meanwhile
-            vecs = list(self.embedder.embed(list(texts))) if texts else []
-        return [float(v @ centroid) for v in vecs]  # type: ignore[operator]
+                self._vecs.update(fresh)
+        return [float(vecs[t] @ centroid) for t in texts]
 
 
 def phrase_vectors(embedder: Embedder, settings: TreeSettings) -> PhraseVectors | None:

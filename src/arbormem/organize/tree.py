@@ -1127,10 +1127,10 @@ class TreeSession:
 
     def _closeness(self, node: TopicRecord) -> labels.Closeness | None:
         """Cosines of candidate titles to the node's centroid, when the embedder can say."""
-        centroid = node.centroid() if self.phrases is not None else None
-        if centroid is None or self.phrases is None:
+        if self.phrases is None:
             return None
-        return functools.partial(self.phrases.closeness, centroid=centroid)
+        centroid = node.centroid()
+        return None if centroid is None else functools.partial(self.phrases.closeness, centroid=centroid)
 
     def _unrepeat(self, theme: TopicRecord, df: Mapping[str, int], n_docs: int) -> list[TopicRecord]:
         """Children (topics and sub-themes, offline titles) whose title is the theme's new one,
