@@ -108,6 +108,28 @@ def test_numbers_never_title() -> None:
     assert make_title(phrase_counts("Offer 000 17th for the flat"), DF, N) in {"Offer", "Flat"}
 
 
+def test_what_a_number_measures_is_no_phrase() -> None:
+    # Titles once read "Year old girl", "Minutes max" and "Lines max".
+    counts = phrase_counts("The shelter has a 4 year old girl called Pepper, and a 3-year-old boy.")
+    assert {"girl", "boy", "shelter"} <= set(counts)
+    assert not {k for k in counts if k.startswith(("year", "old"))}
+    for text in ("A speech at Dad's party, 3 minutes max.", "A blurb for each, 2 lines max.",
+                 "We met two weeks later", "It took five hours or so"):
+        assert not {k for k in phrase_counts(text) if is_phrase(k)} - {"speech", "dad", "dad's party", "party", "blurb"}
+    # Without a number the same words still make phrases.
+    assert "day trip" in phrase_counts("a day trip to Sintra")
+    assert "max" in phrase_counts("we walked Max, then fed Max")
+
+
+def test_windows_do_not_cut_a_hyphenated_word() -> None:
+    counts = phrase_counts("I bought a second-hand Yamaha acoustic guitar and an ice-cream maker.")
+    assert {"second hand yamaha", "yamaha acoustic guitar", "ice cream", "ice cream maker"} <= set(counts)
+    assert not {"hand yamaha", "hand yamaha acoustic", "cream maker", "yamaha acoustic guitar and"} & set(counts)
+    assert {"hand", "cream"} <= set(counts)  # words inside it still count, as words
+    # A hyphen after a word that cannot start a phrase leaves the rest whole ("e-bike").
+    assert "bike" in phrase_counts("my new e-bike")
+
+
 def test_stop_words_verbs_and_filler_are_not_phrases() -> None:
     counts = phrase_counts("lol yeah I'm thinking we should really go, haha. Thanks so much!")
     assert counts == {}

@@ -10,8 +10,10 @@ classic stop-list chunker behind RAKE-style keyphrase extraction, with English w
    verbs the list misses: a word after a subject pronoun or a modal ("we ride horses"), an
    "-ing" word after a form of "be" or before a determiner ("I'm planning a trip") or after
    a noun ("a bird flying"); an "-ed" word starts a new run and never ends a phrase ("Maya
-   painted sunsets" gives "sunsets"). Every 1-3 word window of a run is a candidate (so
-   "half marathon" is counted both alone and inside "half marathon training").
+   painted sunsets" gives "sunsets"); what a number measures ends one too ("a 4 year old
+   girl", "3 minutes max"). Every 1-3 word window of a run is a candidate (so "half
+   marathon" is counted both alone and inside "half marathon training"), except windows
+   that start or end inside a hyphenated word ("second-hand Yamaha": never "hand Yamaha").
 2. ``make_title`` scores each candidate by its frequency in the node (sub-linear) times the
    mean squashed inverse document frequency of its words over the user's whole memory,
    favouring multi-word phrases that recur as a whole; a word that is everywhere in the
@@ -226,6 +228,12 @@ _UNITS = _words(
     """percent cent cents pound pounds quid buck bucks dollar dollars euro euros yen grand
     gram grams kilo kilos kg km kms mile miles metre metres meter meters cm mm inch inches
     litre litres liter liters ml mph kph lbs oz ounce ounces degrees celsius fahrenheit""")
+# Spans of time a number can count, and the words that follow such a measure ("4 year old",
+# "3 minutes max", "2 weeks later"): part of the measure, not of a phrase (see ``_runs``).
+_SPANS = _words("""second seconds minute minutes min mins hour hours hr hrs day days night nights
+    week weeks month months year years yr yrs decade decades century centuries page pages
+    line lines word words step steps time times""")
+_AFTER_MEASURE = _words("old max maximum min minimum tops ago later earlier long away each apart ish")
 # Nouns that only ever make bad phrases ("full time piano teacher", "working on it").
 _NEVER = _words("time times working")
 _QUESTION = _words("what when where which who whom whose why how what's how's")
@@ -405,13 +413,15 @@ class _Toks:
     phrase counter reads them by index, so no object is made per token. Punctuation is a
     token of kind STOP with an empty lower case."""
 
-    __slots__ = ("low", "surface", "initial", "kind")
+    __slots__ = ("low", "surface", "initial", "kind", "joined")
 
     def __init__(self) -> None:
         self.low: list[str] = []
         self.surface: list[str] = []
         self.initial: list[bool] = []
         self.kind: list[int] = []
+        # indexes of words joined to the word before by a hyphen ("second-hand": "hand")
+        self.joined: set[int] = set()
 
 
 def _tokens(text: str) -> _Toks:
@@ -422,10 +432,17 @@ def _tokens(text: str) -> _Toks:
         text = _URL.sub(" . ", text)
     if ":" in text:
         text = _LABEL.sub(_unlabel, text)
-    if "-" in text or "\u2010" in text:
-        text = _HYPHEN.sub(" ", text)
     toks = _Toks()
+    joins: list[int] = []
+    if "-" in text or "\u2010" in text:
+        joins = [m.end() for m in _HYPHEN.finditer(text)]
+        text = _HYPHEN.sub(" ", text)
     lows, surfaces, initials, kinds = toks.low, toks.surface, toks.initial, toks.kind
+    if joins:
+        # token index of each word starting right after a hyphen (the rare path: the offsets
+        # need a second scan)
+        at = {m.start(): n for n, m in enumerate(_TOKEN.finditer(text))}
+        toks.joined = {at[j] for j in joins if j in at}
     initial = True
     for word, end, punct in _TOKEN.findall(text):
         if not word:
@@ -467,11 +484,17 @@ def _runs(toks: _Toks) -> list[tuple[int, int]]:
 
     last = len(lows) - 1
     prev = ""
+    measure = False  # the word before belongs to a measure ("3 minutes", "4 year old")
     for i, w in enumerate(lows):
         # _verbal and _participle written out: they ran for every token of every exchange.
         kind = kinds[i]
         ing = len(w) >= 5 and w.endswith("ing") and w not in _ING_ALWAYS_NOUNS
-        if kind == STOP or prev in _VERB_CONTEXT or ing and (
+        # What a number measures, and the word that qualifies the measure, are no subject:
+        # "a 4 year old girl", "3 minutes max", "two weeks later" (not "year old girl" or
+        # "minutes max").
+        measure = (w in _SPANS and (prev in _NUMBER_WORDS or prev[:1].isdigit())) or (
+            measure and w in _AFTER_MEASURE)
+        if kind == STOP or measure or prev in _VERB_CONTEXT or ing and (
                 prev in _BE or (lows[i + 1] if i < last else "") in _DETERMINERS):
             close(i)
             start = i + 1
@@ -503,23 +526,27 @@ def phrase_counts(text: str) -> dict[str, int]:
     Keys with an upper-case letter are case hints (see the module docstring).
     """
     toks = _tokens(text)
-    lows, surfaces, initials, kinds = toks.low, toks.surface, toks.initial, toks.kind
+    lows, surfaces, initials, kinds, joined = toks.low, toks.surface, toks.initial, toks.kind, toks.joined
     counts: dict[str, int] = {}
     get = counts.get
     for first, stop in _runs(toks):
         # Every window of 1-MAX_WORDS words of the run, tested over the token lists: a window
         # is counted unless it ends on an "-ed" word or a modifier, a word after its first is
         # a possessive (then every longer window from that start fails too), or it holds no
-        # content word; one word counts only as a content word, its "'s" stripped.
+        # content word; one word counts only as a content word, its "'s" stripped. Nor does
+        # a window of several words start or end inside a hyphenated word of the run
+        # ("second-hand Yamaha" gives "second hand yamaha", never "hand yamaha"); its single
+        # words still count, as words (``_Pool.cohesion`` reads them).
         for i in range(first, stop):
+            inside = i in joined and i > first
             content = False
             for j in range(i, min(stop, i + MAX_WORDS)):
                 kind = kinds[j]
                 if kind == CONTENT:
                     content = True
-                if j > i and lows[j].endswith("'s"):
+                if j > i and (inside or lows[j].endswith("'s")):
                     break
-                if kind == ED or kind == MOD or not content:
+                if kind == ED or kind == MOD or not content or j > i and j + 1 in joined and j + 1 < stop:
                     continue
                 key = _base(lows[i]) if j == i else " ".join(lows[i : j + 1])
                 counts[key] = min(PER_TEXT_CAP, get(key, 0) + 1)
