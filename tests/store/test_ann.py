@@ -115,6 +115,36 @@ def test_saved_graph_is_checked_against_the_vectors(tmp_path: Path) -> None:
     assert list(path.parent.iterdir()) == []
 
 
+def test_check_of_a_loaded_graph_spans_its_batches(tmp_path: Path) -> None:
+    """The stored vectors are checked a batch at a time (``_GET_CHUNK``): changes in the
+    first and last batches are both found, and the loaded graph (read from memory, not by
+    usearch from the path) still takes new rows."""
+    from arbormem.store import ann
+
+    n = ann._GET_CHUNK * 2 + 100
+    data = clustered(n, dim=8)
+    keys = keys_of(n)
+    mirror = AnnMirror(8)
+    mirror.sync(Owner(), keys, data, n)
+    path = tmp_path / "g.usearch"
+    mark = {"user": "u", "kind": "exchange"}
+    mirror.save(path, mark)
+    blob, digest = ann._read_whole(path)
+    assert digest == ann._file_digest(path) and blob.tobytes() == path.read_bytes()
+
+    again = AnnMirror(8)
+    assert again.load(path, mark)
+    data[3] = data[5]
+    data[n - 2] = data[9]
+    grown = np.vstack([data, clustered(20, dim=8, draw=1)])
+    more = keys_of(n + 20)
+    again.sync(Owner(), more, grown, n + 20)
+    assert again.rebuilds == 0 and again.repaired == 2
+    assert len(again.index) == n + 20
+    assert again.search(grown[n + 19], 1)[0][0] == n + 19
+    assert {r for r, _ in again.search(data[9], 2)} == {9, n - 2}
+
+
 def test_remove_and_empty_index() -> None:
     index = AnnIndex(8)
     assert index.search(np.ones(8, dtype=np.float32), 5) == []

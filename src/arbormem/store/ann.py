@@ -90,6 +90,8 @@ LARGE_K_OVERSAMPLE = 4
 OVERSAMPLE_ROWS = 320
 
 _CHUNK = 65536
+#: Rows per batch when a loaded graph's stored vectors are checked (``AnnIndex.stale_keys``).
+_GET_CHUNK = 8192
 
 
 def ann_available() -> bool:
@@ -117,6 +119,41 @@ def _file_digest(path: Path) -> str:
         while chunk := f.read(1 << 22):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _read_whole(path: Path) -> tuple[np.ndarray, str]:
+    """The file's bytes and their BLAKE2 digest, read once. Reading and hashing release the
+    GIL; usearch's own ``load(path)`` reads the file with the GIL held (see ``_let_others_run``)."""
+    size = path.stat().st_size
+    # (Not a bytearray: it zero-fills all of it first, with the GIL held.)
+    data = np.empty(size, dtype=np.uint8)
+    view = data.data
+    h = hashlib.blake2b(digest_size=16)
+    done = 0
+    with path.open("rb", buffering=0) as f:
+        while done < size:
+            n = f.readinto(view[done : done + (1 << 24)])
+            if not n:
+                break
+            h.update(view[done : done + n])
+            done += n
+    view.release()
+    if done != size:  # the file shrank while we read it: torn, as a digest mismatch would say
+        raise OSError(f"{path}: read {done} of {size} bytes")
+    return data, h.hexdigest()
+
+
+def _let_others_run(done: int, total: int) -> bool:
+    """usearch's progress callback while a graph loads from memory: usearch holds the GIL for
+    the whole load (a 1M graph: about a second, longer from a cold disk when it reads the file
+    itself), which stalled every recall of the store meanwhile (fusion, a pure-Python stage,
+    took 1.6 s on a cold reopen). Running this bit of Python per node lets the interpreter hand
+    the GIL to a waiting thread at its usual switch interval."""
+    return True
+
+
+# usearch checks the callback's annotations as types; this module's are strings (PEP 563).
+_let_others_run.__annotations__ = {"done": int, "total": int, "return": bool}
 
 
 class AnnIndex:
@@ -185,15 +222,17 @@ class AnnIndex:
         have = self.keys()
         if len(have) == 0:
             return have, np.zeros(0, dtype=np.int64)
-        stored = self._index.vectors  # aligned with .keys
         order = np.argsort(have)
         pos = np.searchsorted(have, keys, sorter=order)
         pos = order[np.minimum(pos, len(have) - 1)]
         rows = np.flatnonzero(have[pos] == keys)
         gone = have[~np.isin(have, keys)]
         stale = np.zeros(len(rows), dtype=bool)
-        for s in range(0, len(rows), _CHUNK):
-            part = rows[s : s + _CHUNK]
+        # The stored vectors a few thousand at a time: usearch's ``vectors`` builds one array
+        # per key under the GIL (a 1M graph held it for seconds, stalling the store's recalls
+        # while a saved graph was checked); between chunks the other threads run.
+        for s in range(0, len(rows), _GET_CHUNK):
+            part = rows[s : s + _GET_CHUNK]
             ref = np.asarray(matrix[part], dtype=np.float32)
             if self.dtype == "i8":
                 norms = np.linalg.norm(ref, axis=1, keepdims=True)
@@ -201,8 +240,8 @@ class AnnIndex:
                 tol = 1.01
             else:
                 tol = 2e-3
-            got = np.asarray(stored[pos[part]], dtype=np.float32)
-            stale[s : s + _CHUNK] = np.abs(got - ref).max(axis=1) > tol
+            got = np.vstack(self._index.get(keys[part])).astype(np.float32)
+            stale[s : s + _GET_CHUNK] = np.abs(got - ref).max(axis=1) > tol
         return gone, rows[stale]
 
     # -- persistence -------------------------------------------------------------------------
@@ -237,10 +276,12 @@ class AnnIndex:
             info = json.loads(meta.read_text())
             if info.get("dim") != dim or info.get("watermark") != dict(watermark):
                 return None
-            if _file_digest(path) != info.get("digest"):
+            data, digest = _read_whole(path)
+            if digest != info.get("digest"):
                 return None  # torn, truncated, overwritten or paired with another watermark
             inst = cls(dim, dtype=str(info.get("dtype", "f32")))
-            inst._index.load(str(path))
+            inst._index.load(data, progress=_let_others_run)
+            del data  # usearch copied it
             if len(inst) != info.get("n") or inst._index.ndim != dim:
                 return None
             inst.connectivity = int(inst._index.connectivity)
