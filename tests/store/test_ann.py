@@ -155,3 +155,59 @@ def test_remove_and_empty_index() -> None:
     assert len(index.search(data[0], 50)) == 9
     gone, stale = index.stale_keys(np.array([0, 1, 2, 4, 11]), data[[0, 5, 2, 4, 6]])
     assert sorted(gone.tolist()) == [5, 6, 7, 8, 9] and stale.tolist() == [1]
+
+
+def test_background_graph_work_waits_for_running_searches() -> None:
+    """``SearchGate``: a pause returns at once with no search running, waits while one runs
+    and returns when it ends, and never waits more than its total in all."""
+    import threading
+    import time
+
+    from arbormem.store.ann import SearchGate
+
+    gate = SearchGate()
+    pause = gate.pauser(step=30.0, total=30.0)
+    t0 = time.monotonic()
+    pause()
+    assert time.monotonic() - t0 < 0.5
+
+    done = threading.Event()
+
+    def background() -> None:
+        pause()
+        done.set()
+
+    with gate.searching():
+        worker = threading.Thread(target=background)
+        worker.start()
+        assert not done.wait(0.3)  # waiting for the search
+    assert done.wait(5.0)  # the search ended
+    worker.join()
+
+    bounded = gate.pauser(step=30.0, total=0.2)
+    with gate.searching():
+        t0 = time.monotonic()
+        bounded()
+        bounded()  # the total is spent: no more waiting
+        assert 0.15 < time.monotonic() - t0 < 5.0
+
+
+def test_loading_a_graph_pauses_between_its_steps(tmp_path: Path) -> None:
+    from arbormem.store import ann
+
+    n = ann._GET_CHUNK + 10
+    data = clustered(n, dim=8)
+    keys = keys_of(n)
+    mirror = AnnMirror(8)
+    mirror.sync(Owner(), keys, data, n)
+    path = tmp_path / "g.usearch"
+    mark = {"user": "u", "kind": "exchange"}
+    mirror.save(path, mark)
+    calls: list[int] = []
+    again = AnnMirror(8)
+    again.pause = lambda: calls.append(1)
+    assert again.load(path, mark)
+    read = len(calls)
+    assert read >= 1  # reading the file (and usearch's progress, every 65,536 nodes)
+    again.sync(Owner(), keys, data, n)
+    assert len(calls) >= read + 2  # the check, a batch at a time

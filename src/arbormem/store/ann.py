@@ -58,8 +58,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -121,9 +124,58 @@ def _file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _read_whole(path: Path) -> tuple[np.ndarray, str]:
+#: Called by background graph work between its steps; it may wait (``SQLiteStore`` makes it
+#: wait while a search is running, so a cold open's first recall has the disk to itself).
+Pause = Callable[[], None]
+
+
+def no_pause() -> None:
+    return None
+
+
+class SearchGate:
+    """The searches running now, which background graph work waits for.
+
+    On a cold disk a large partition is searched exactly, through all its rows, until its
+    graph is loaded and checked; the graph threads reading their files at the same time made
+    a 1M memory's first recall ~1.4 s slower (BENCHMARKS.md, "A cold disk"). ``pauser`` gives
+    such work a ``Pause`` that waits while a search runs, at most ``step`` seconds at a time
+    and ``total`` in all (a stream of searches must not starve the graph)."""
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._lock = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
+
+    @contextmanager
+    def searching(self) -> Iterator[None]:
+        with self._lock:
+            self._running += 1
+            self._idle.clear()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                if not self._running:
+                    self._idle.set()
+
+    def pauser(self, step: float, total: float) -> Pause:
+        deadline = time.monotonic() + total
+
+        def pause() -> None:
+            if not self._running:
+                return
+            left = deadline - time.monotonic()
+            if left > 0:
+                self._idle.wait(min(left, step))
+        return pause
+
+
+def _read_whole(path: Path, pause: Pause = no_pause) -> tuple[np.ndarray, str]:
     """The file's bytes and their BLAKE2 digest, read once. Reading and hashing release the
-    GIL; usearch's own ``load(path)`` reads the file with the GIL held (see ``_let_others_run``)."""
+    GIL; usearch's own ``load(path)`` reads the file with the GIL held (see ``_progress``)."""
     size = path.stat().st_size
     # (Not a bytearray: it zero-fills all of it first, with the GIL held.)
     data = np.empty(size, dtype=np.uint8)
@@ -132,6 +184,7 @@ def _read_whole(path: Path) -> tuple[np.ndarray, str]:
     done = 0
     with path.open("rb", buffering=0) as f:
         while done < size:
+            pause()
             n = f.readinto(view[done : done + (1 << 24)])
             if not n:
                 break
@@ -143,17 +196,23 @@ def _read_whole(path: Path) -> tuple[np.ndarray, str]:
     return data, h.hexdigest()
 
 
-def _let_others_run(done: int, total: int) -> bool:
-    """usearch's progress callback while a graph loads from memory: usearch holds the GIL for
+def _progress(pause: Pause) -> Callable[[int, int], bool]:
+    """usearch's progress callback while a graph loads from memory. usearch holds the GIL for
     the whole load (a 1M graph: about a second, longer from a cold disk when it reads the file
     itself), which stalled every recall of the store meanwhile (fusion, a pure-Python stage,
     took 1.6 s on a cold reopen). Running this bit of Python per node lets the interpreter hand
-    the GIL to a waiting thread at its usual switch interval."""
-    return True
+    the GIL to a waiting thread at its usual switch interval; every 65,536 nodes it also
+    calls ``pause``."""
+    def progress(done: int, total: int) -> bool:
+        if not done & 0xFFFF:
+            pause()
+        return True
+
+    # usearch checks the callback's annotations as types; this module's are strings (PEP 563).
+    progress.__annotations__ = {"done": int, "total": int, "return": bool}
+    return progress
 
 
-# usearch checks the callback's annotations as types; this module's are strings (PEP 563).
-_let_others_run.__annotations__ = {"done": int, "total": int, "return": bool}
 
 
 class AnnIndex:
@@ -213,7 +272,8 @@ class AnnIndex:
         pairs.sort(key=lambda p: -p[1])
         return pairs
 
-    def stale_keys(self, keys: np.ndarray, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def stale_keys(self, keys: np.ndarray, matrix: np.ndarray,
+                   pause: Pause = no_pause) -> tuple[np.ndarray, np.ndarray]:
         """Graph keys not in ``keys`` (gone), and rows of ``matrix`` (row ``i`` has key
         ``keys[i]``) whose key is in the graph with another vector (stale).
 
@@ -232,6 +292,7 @@ class AnnIndex:
         # per key under the GIL (a 1M graph held it for seconds, stalling the store's recalls
         # while a saved graph was checked); between chunks the other threads run.
         for s in range(0, len(rows), _GET_CHUNK):
+            pause()
             part = rows[s : s + _GET_CHUNK]
             ref = np.asarray(matrix[part], dtype=np.float32)
             if self.dtype == "i8":
@@ -268,19 +329,21 @@ class AnnIndex:
                 leftover.unlink(missing_ok=True)
 
     @classmethod
-    def load(cls, path: str | Path, dim: int, watermark: Mapping[str, Any]) -> AnnIndex | None:
-        """The saved graph if its files are whole and it was saved with ``watermark``."""
+    def load(cls, path: str | Path, dim: int, watermark: Mapping[str, Any],
+             pause: Pause = no_pause) -> AnnIndex | None:
+        """The saved graph if its files are whole and it was saved with ``watermark``;
+        ``pause`` is called between the steps of reading it."""
         path = Path(path)
         meta = path.with_name(path.name + ".json")
         try:
             info = json.loads(meta.read_text())
             if info.get("dim") != dim or info.get("watermark") != dict(watermark):
                 return None
-            data, digest = _read_whole(path)
+            data, digest = _read_whole(path, pause)
             if digest != info.get("digest"):
                 return None  # torn, truncated, overwritten or paired with another watermark
             inst = cls(dim, dtype=str(info.get("dtype", "f32")))
-            inst._index.load(data, progress=_let_others_run)
+            inst._index.load(data, progress=_progress(pause))
             del data  # usearch copied it
             if len(inst) != info.get("n") or inst._index.ndim != dim:
                 return None
@@ -333,6 +396,9 @@ class AnnMirror:
         self._args = {"connectivity": connectivity, "expansion_add": expansion_add,
                       "expansion_search": expansion_search}
         self.index = AnnIndex(dim, dtype=dtype, **self._args)
+        #: Called between the steps of loading and checking a saved graph (the store sets it
+        #: for background work only).
+        self.pause: Pause = no_pause
         self.n = 0
         self._owner: object | None = None
         self._keys = np.zeros(0, dtype=np.int64)  # key of each mirrored row
@@ -420,7 +486,7 @@ class AnnMirror:
         if len(self.index) == 0:
             self.rebuild(keys, matrix, n)
             return
-        gone, stale = self.index.stale_keys(keys, matrix)
+        gone, stale = self.index.stale_keys(keys, matrix, self.pause)
         missing = np.flatnonzero(~np.isin(keys, self.index.keys()))
         if len(gone) + len(stale) > REBUILD_SHARE * max(n, 1):
             self.rebuild(keys, matrix, n)
@@ -483,7 +549,7 @@ class AnnMirror:
 
     def load(self, path: str | Path, watermark: Mapping[str, Any]) -> bool:
         """Adopt a saved graph; the next ``sync`` checks every vector of it against the cache."""
-        index = AnnIndex.load(path, self.dim, watermark)
+        index = AnnIndex.load(path, self.dim, watermark, self.pause)
         if index is None or index.dtype != self.dtype:
             return False
         index.expansion_search = int(self._args["expansion_search"])

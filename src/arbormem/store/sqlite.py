@@ -41,7 +41,9 @@ from .ann import (
     REBUILD_SHARE,
     AnnIndex,
     AnnMirror,
+    SearchGate,
     ann_available,
+    no_pause,
 )
 from .base import (
     MARKS_KEY,
@@ -65,6 +67,12 @@ _ROWS = {"exchange": "exchanges", "topic": "topics"}
 # Exact search's BLAS call runs on one thread (``SQLiteStore._exact_scores``). The limit is
 # process-wide while it holds, so searches take it one at a time: a second search restoring
 # the first one's limit would leave BLAS on one thread for good.
+#: Background graph work waits for a running vector search at most this long per step, and
+#: this long in all per graph it loads (``ann.SearchGate``): on the 1M lab memory, page
+#: cache dropped, the first recall took 1.4-2.4 s with it, 1.9-3.9 s without.
+GRAPH_YIELD_STEP = 0.25
+GRAPH_YIELD_TOTAL = 3.0
+
 _BLAS_LOCK = threading.Lock()
 _BLAS: list[Any] = []  # [the threadpoolctl controller, or None without it], on first use
 # The transposed copy of ``_exact_scores`` is kept only for partitions this small (or below
@@ -315,6 +323,8 @@ class SQLiteStore(Store):
         self._ann_ok: bool | None = None  # usearch importable, checked on first use
         # graph work of at least this many rows goes to a background thread
         self._ann_background_rows = ANN_BACKGROUND_ROWS
+        # Vector searches running now: background graph work waits for them (bounded).
+        self._searches = SearchGate()
         self._ann_dir = (
             None if self.memory
             else Path(self.path).expanduser().resolve().with_name(Path(self.path).name + ".ann")
@@ -964,6 +974,11 @@ class SQLiteStore(Store):
 
     def vector_search(self, user_id: str, kind: IndexKind, query: np.ndarray, k: int,
                       where: ExchangeFilter | None = None) -> list[tuple[str, float]]:
+        with self._searches.searching():
+            return self._vector_search(user_id, kind, query, k, where)
+
+    def _vector_search(self, user_id: str, kind: IndexKind, query: np.ndarray, k: int,
+                       where: ExchangeFilter | None) -> list[tuple[str, float]]:
         query = np.asarray(query, dtype=np.float32)
         cache = self._refresh(user_id, kind, int(query.shape[0]))
         n = cache.n
@@ -1218,7 +1233,12 @@ class SQLiteStore(Store):
     def _ann_build(self, user_id: str, kind: str, slot: _AnnSlot, snap: tuple[Any, ...]) -> None:
         try:
             with slot.lock:
-                self._ann_sync(user_id, kind, slot, snap)
+                # (only here: a search must not wait for itself)
+                slot.mirror.pause = self._searches.pauser(GRAPH_YIELD_STEP, GRAPH_YIELD_TOTAL)
+                try:
+                    self._ann_sync(user_id, kind, slot, snap)
+                finally:
+                    slot.mirror.pause = no_pause
         except (RuntimeError, ValueError, MemoryError, OSError) as exc:
             self._ann_drop((user_id, kind), slot, exc)
         finally:
