@@ -13,7 +13,10 @@ a search takes ``oversample`` times more candidates from it and ranks them by ex
 against the cache's float32 matrix, so the approximation is only in which candidates are
 found, and every score returned is exact. Graph work of ``ANN_BACKGROUND_ROWS`` rows or more
 (the first build, loading and checking a saved graph, catching up after a cache rebuild) runs
-in a background thread while the store keeps answering exactly.
+in a background thread while the store keeps answering exactly; loading and checking a saved
+graph leaves the GIL to the searches and waits while one runs (``_read_whole``,
+``_progress``, ``SearchGate``: a 1M memory's first recall from a cold disk took 6.3-6.9 s
+while they held the GIL and read their files, ~2 s now; BENCHMARKS.md, "A cold disk").
 
 Crashes can lose the graph, never a vector. The store saves it next to the database
 (``<db>.ann/<user digest>-<kind>.usearch`` plus a ``.json`` watermark: dimension, size, the
