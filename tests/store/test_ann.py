@@ -115,13 +115,8 @@ def test_saved_graph_is_checked_against_the_vectors(tmp_path: Path) -> None:
     assert list(path.parent.iterdir()) == []
 
 
-def test_check_of_a_loaded_graph_spans_its_batches(tmp_path: Path) -> None:
-    """The stored vectors are checked a batch at a time (``_GET_CHUNK``): changes in the
-    first and last batches are both found, and the loaded graph (read from memory, not by
-    usearch from the path) still takes new rows."""
-    from arbormem.store import ann
-
-    n = ann._GET_CHUNK * 2 + 100
+def saved_graph(tmp_path: Path, n: int) -> tuple[np.ndarray, np.ndarray, Path, dict[str, str]]:
+    """A graph of ``n`` 8-d rows saved under ``tmp_path``: its vectors, keys, file, watermark."""
     data = clustered(n, dim=8)
     keys = keys_of(n)
     mirror = AnnMirror(8)
@@ -129,6 +124,17 @@ def test_check_of_a_loaded_graph_spans_its_batches(tmp_path: Path) -> None:
     path = tmp_path / "g.usearch"
     mark = {"user": "u", "kind": "exchange"}
     mirror.save(path, mark)
+    return data, keys, path, mark
+
+
+def test_check_of_a_loaded_graph_spans_its_batches(tmp_path: Path) -> None:
+    """The stored vectors are checked a batch at a time (``_GET_CHUNK``): changes in the
+    first and last batches are both found, and the loaded graph (read from memory, not by
+    usearch from the path) still takes new rows."""
+    from arbormem.store import ann
+
+    n = ann._GET_CHUNK * 2 + 100
+    data, keys, path, mark = saved_graph(tmp_path, n)
     blob, digest = ann._read_whole(path)
     assert digest == ann._file_digest(path) and blob.tobytes() == path.read_bytes()
 
@@ -196,13 +202,7 @@ def test_loading_a_graph_pauses_between_its_steps(tmp_path: Path) -> None:
     from arbormem.store import ann
 
     n = ann._GET_CHUNK + 10
-    data = clustered(n, dim=8)
-    keys = keys_of(n)
-    mirror = AnnMirror(8)
-    mirror.sync(Owner(), keys, data, n)
-    path = tmp_path / "g.usearch"
-    mark = {"user": "u", "kind": "exchange"}
-    mirror.save(path, mark)
+    data, keys, path, mark = saved_graph(tmp_path, n)
     calls: list[int] = []
     again = AnnMirror(8)
     again.pause = lambda: calls.append(1)
