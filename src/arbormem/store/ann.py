@@ -119,8 +119,13 @@ def _index_class() -> Any:
     return Index
 
 
+def _digest() -> Any:
+    """The hash of a saved graph file, as its watermark records it (BLAKE2, 16 bytes)."""
+    return hashlib.blake2b(digest_size=16)
+
+
 def _file_digest(path: Path) -> str:
-    h = hashlib.blake2b(digest_size=16)
+    h = _digest()
     with path.open("rb") as f:
         while chunk := f.read(1 << 22):
             h.update(chunk)
@@ -183,7 +188,7 @@ def _read_whole(path: Path, pause: Pause = no_pause) -> tuple[np.ndarray, str]:
     # (Not a bytearray: it zero-fills all of it first, with the GIL held.)
     data = np.empty(size, dtype=np.uint8)
     view = data.data
-    h = hashlib.blake2b(digest_size=16)
+    h = _digest()
     done = 0
     with path.open("rb", buffering=0) as f:
         while done < size:
@@ -214,8 +219,6 @@ def _progress(pause: Pause) -> Callable[[int, int], bool]:
     # usearch checks the callback's annotations as types; this module's are strings (PEP 563).
     progress.__annotations__ = {"done": int, "total": int, "return": bool}
     return progress
-
-
 
 
 class AnnIndex:

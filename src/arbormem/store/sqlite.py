@@ -64,15 +64,15 @@ _FTS = {"exchange": "exchange_fts", "topic": "topic_fts"}
 
 _ROWS = {"exchange": "exchanges", "topic": "topics"}
 
-# Exact search's BLAS call runs on one thread (``SQLiteStore._exact_scores``). The limit is
-# process-wide while it holds, so searches take it one at a time: a second search restoring
-# the first one's limit would leave BLAS on one thread for good.
 #: Background graph work waits for a running vector search at most this long per step, and
 #: this long in all per graph it loads (``ann.SearchGate``): on the 1M lab memory, page
-#: cache dropped, the first recall took 1.4-2.4 s with it, 1.9-3.9 s without.
+#: cache dropped, the first recall took 1.4-2.4 s with it, 2.3-3.9 s without.
 GRAPH_YIELD_STEP = 0.25
 GRAPH_YIELD_TOTAL = 3.0
 
+# Exact search's BLAS call runs on one thread (``SQLiteStore._exact_scores``). The limit is
+# process-wide while it holds, so searches take it one at a time: a second search restoring
+# the first one's limit would leave BLAS on one thread for good.
 _BLAS_LOCK = threading.Lock()
 _BLAS: list[Any] = []  # [the threadpoolctl controller, or None without it], on first use
 # The transposed copy of ``_exact_scores`` is kept only for partitions this small (or below
