@@ -144,3 +144,31 @@ def test_theme_title_takes_the_nearest_of_its_best_candidates() -> None:
     kids = [{"battery": 40, "roof": 1}, {"battery": 40, "roof": 1}]
     assert labels.theme_title(kids, df, 40, closeness=lambda t: [0.50 if x == "Battery" else 0.55 for x in t]) \
         == "Battery"
+
+
+def test_a_closed_one_off_at_the_top_is_titled_by_closeness(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    """Graham's crossword clue ("Superb ream of paper hides a fish (5)") is one closed
+    exchange at the top level: by counts its title was "Superb ream", by closeness it is
+    "Crossword clue". Topics that grew past one exchange keep the counts' title."""
+    rows = _history("Graham")
+    near = Memory(tmp_path / "near.db", embedder=minilm)
+    off = Memory(tmp_path / "off.db", embedder=minilm,
+                 settings=Settings(tree=TreeSettings(title_vectors=False)))
+    with near, off:
+        tops = []
+        for mem in (near, off):
+            mem.add_many(_items(rows), user_id="u")
+            check_tree(mem, "u")
+            texts: dict[str, frozenset[str]] = {}
+            for e in mem.exchanges(user_id="u"):
+                texts[e.topic_id or ""] = texts.get(e.topic_id or "", frozenset()) | {e.text}
+            tops.append({texts[t.id]: t for t in mem.tree(user_id="u").children if t.kind == "topic"})
+        a, b = tops
+        assert a.keys() == b.keys()  # the titles do not change the grouping
+        one_offs = {k for k, t in a.items() if t.size == 1 and t.frozen}
+        assert len(one_offs) >= 3
+        crossword = next(k for k in one_offs if any("Crossword clue" in x for x in k))
+        assert (b[crossword].title, a[crossword].title) == ("Superb ream", "Crossword clue")
+        assert sum(a[k].title != b[k].title for k in one_offs) >= 3
+        for k in a.keys() - one_offs:
+            assert a[k].title == b[k].title, (a[k].title, b[k].title)

@@ -1118,12 +1118,19 @@ class TreeSession:
                     return title
                 avoid += below
         if phrases:
-            # Themes only: a topic under a theme says what sets it apart from its siblings,
-            # which the phrase nearest its own centroid mostly does not (docs/titles.md,
-            # "Nearest phrase", also for the lone top-level topics tried and not kept).
-            near = self._closeness(node) if node.kind == "theme" else None
+            # Themes and one-offs only: a topic under a theme says what sets it apart from its
+            # siblings, which the phrase nearest its own centroid mostly does not
+            # (docs/titles.md, "Nearest phrase").
+            near = self._closeness(node) if node.kind == "theme" or self._one_off(node) else None
             return labels.make_title(phrases, df, n_docs, members=node.size, avoid=avoid, closeness=near)
         return make_title(node.keywords)
+
+    def _one_off(self, node: TopicRecord) -> bool:
+        """A closed single-exchange topic at the top level: a one-off question ("Crossword
+        clue: ..."), whose counts rank its side words as high as its subject ("Superb ream"),
+        so it is titled by closeness like a theme. Only these: closed topics of any size
+        at the top level moved LoCoMo by two questions (docs/titles.md)."""
+        return node.kind == "topic" and node.frozen and node.size == 1 and node.parent_id == self.root.id
 
     def _closeness(self, node: TopicRecord) -> labels.Closeness | None:
         """Cosines of candidate titles to the node's centroid, when the embedder can say."""
