@@ -179,6 +179,22 @@ def test_theme_names_what_its_topics_share() -> None:
     assert theme_title([], DF, N) == UNTITLED
 
 
+def test_feelings_two_topics_share_do_not_name_their_theme() -> None:
+    # Chit-chat shares its feelings across subjects (LoCoMo themes read "Gratitude", "Joy"):
+    # the theme is named after the subject its topics share, not the sentiment.
+    kids = [
+        node(("So much gratitude for the shelter volunteers, what a joy.", "The shelter is lucky."),
+             ("Gratitude again, the shelter kitchen was a joy today.", "Such joy.")),
+        node(("Joy and gratitude: the shelter got a new roof.", "What a joy for the shelter!"),
+             ("Friends from the shelter came, my friends bring me joy.", "Gratitude is good.")),
+    ]
+    df, n = memory("gratitude joy shelter", "a roof", "a kitchen", "the weather", "some friends")
+    assert theme_title(kids, df, n) == "Shelter"
+    # Alone they title nothing.
+    feelings = node(("What a joy, such gratitude, my friends!", "Joy and gratitude, friends."))
+    assert make_title(feelings, df, n) == UNTITLED
+
+
 def test_a_title_to_avoid_gives_the_next_phrase_unless_there_is_none() -> None:
     kitchen = node(*KITCHEN)
     best = make_title(kitchen, DF, N)

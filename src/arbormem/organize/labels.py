@@ -208,7 +208,7 @@ _FILLER = _words(
     anxious tired ready able difficult possible impossible lonely grateful thankful blessed
     jealous angry mad crazy weird strange awkward stressful stressed overwhelmed interested
     fascinated surprised shocked disappointed frustrated confused bored curious honest brave
-    strong positive negative lucky unlucky tough upset cheerful joyful delighted pleased
+    strong positive negative lucky unlucky tough upset cheerful joyful delighted pleased passionate
     thrilled stoked psyched pumped bummed sucks wicked epic legit dope sick incredible
     unbelievable insane huge massive gonna wanna gotta lemme gimme dunno cuz coz bc tho thru
     im ive id youre theyre dont doesnt didnt cant wont isnt arent wasnt werent thats whats
@@ -260,6 +260,13 @@ _WEAK = _words(
     photo photos pic pics picture pictures video videos vid vids image images selfie pm am
     memory memories talk chat conversation message messages visit play lots stories story
     color colour colors colours deal life group groups self"""
+)
+# What people feel and wish each other in chit-chat: a LoCoMo theme whose children shared
+# only "so grateful" and "what a joy" was titled "Gratitude" or "Joy" (docs/titles.md).
+_WEAK |= _words(
+    """joy joys gratitude encouragement inspiration happiness excitement appreciation passion
+    passions motivation positivity pride kindness courage success successes dream dreams
+    friend friends"""
 )
 # Words that only modify: they start or sit inside a phrase ("new job", "half marathon",
 # "red tractor") but never end one or stand alone; adjectives ending "-ful", "-ous", "-less",
