@@ -174,3 +174,14 @@ def index_tokens(text: str) -> list[str]:
         folded = unicodedata.normalize("NFKD", folded)
         folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
     return [stem(w) for w in _INDEX_WORD.findall(folded) if len(w) <= _MAX_LEXEME]
+
+
+def token_record(user_text: str, assistant_text: str) -> str:
+    """An exchange's words as recall's coverage and feedback steps read them, computed once
+    when the exchange is written (stores keep it beside the text): the index tokens of the
+    user and of the assistant message, then the content terms of each, four lines of
+    space-separated words (no token holds a space or a line break). Tokenising the few dozen
+    exchanges each recall reads was ~1 ms of its own work at 10k exchanges (BENCHMARKS.md,
+    "Tokens kept at write")."""
+    return "\n".join((" ".join(index_tokens(user_text)), " ".join(index_tokens(assistant_text)),
+                      " ".join(terms(user_text)), " ".join(terms(assistant_text))))

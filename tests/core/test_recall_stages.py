@@ -76,3 +76,50 @@ def test_only_short_texts_have_their_tokens_kept() -> None:
     hits = reader._token_set.cache_info().hits
     reader.token_set(short)  # kept: the second call is a hit
     assert reader._token_set.cache_info().hits == hits + 1
+
+
+_WORDY = [
+    ("Café naïve résumé: what's the plan for O'Neil's birthday?", "Book the café for Saturday; O'Neil likes crêpes."),
+    ("My daughter's violin recital is on the 12th", ""),
+    ("Pasted notes: " + "the garden hose leaks near the tap, " * 80, "Replace the washer in the tap connector."),
+    ("Tax return: self-assessment deadline 31 January", "File online before midnight on 31 January."),
+]
+
+
+def test_recall_reads_the_tokens_kept_at_write_and_older_rows_recall_the_same(tmp_path: Path) -> None:
+    """Coverage and feedback read the words the store kept when each exchange was written
+    (``text.token_record``, SQLite migration 5). A memory from before that migration (no
+    column, then NULL rows) is migrated on open, loses nothing and recalls exactly the same."""
+    import sqlite3
+
+    from arbormem.models import exchange_text
+    from arbormem.retrieve.reader import ExchangeReader
+    from arbormem.text import index_tokens, term_counts
+
+    db = tmp_path / "m.db"
+    queries = ("violin recital", "O'Neil café birthday", "garden tap washer", "tax deadline January")
+    with Memory(db, embedder=HashEmbedder()) as mem:
+        _fill(mem)
+        mem.add_many([{"messages": chat(u, a) if a else [{"role": "user", "content": u}]} for u, a in _WORDY],
+                     user_id="u")
+        before = [(r.text, r.trace.exchange_scores) for r in
+                  (mem.recall(q, user_id="u", max_tokens=300, min_relevance=0) for q in queries)]
+        exchanges = mem.exchanges(user_id="u")
+        reader = ExchangeReader(mem.store, "u")
+        texts = reader.texts([e.id for e in exchanges])
+        assert all(t.tokens is not None for t in texts.values())
+        for e in exchanges:  # the kept words are the texts' own
+            assert reader.index_tokens(e.id, 0) == frozenset(index_tokens(e.user_text))
+            assert reader.index_tokens(e.id, 1) == frozenset(index_tokens(e.assistant_text))
+            assert reader.term_counts(e.id) == term_counts(exchange_text(e.user_text, e.assistant_text))
+    # Back to schema 4: no column, no record of migration 5.
+    with sqlite3.connect(db) as conn:
+        conn.execute("ALTER TABLE exchanges DROP COLUMN tokens")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 5")
+    with Memory(db, embedder=HashEmbedder()) as mem:
+        assert len(mem.exchanges(user_id="u")) == len(exchanges)
+        texts = ExchangeReader(mem.store, "u").texts([e.id for e in exchanges])
+        assert all(t.tokens is None for t in texts.values())  # tokenised when read, as before
+        after = [(r.text, r.trace.exchange_scores) for r in
+                 (mem.recall(q, user_id="u", max_tokens=300, min_relevance=0) for q in queries)]
+    assert after == before

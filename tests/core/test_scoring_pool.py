@@ -125,7 +125,7 @@ def _ref_lift_coverage(r, terms, w):  # type: ignore[no-untyped-def]
     want = set(index_tokens(" ".join(terms)))
     if not want:
         return
-    for i, (user, assistant) in r.reader.texts(r.order()[: w.coverage_depth]).items():
+    for i, (user, assistant, _) in r.reader.texts(r.order()[: w.coverage_depth]).items():
         best = max(len(want.intersection(token_set(user))), len(want.intersection(token_set(assistant))))
         r.coverage[i] = best / len(want)
         r.fused[i] += w.coverage_weight * r.coverage[i]

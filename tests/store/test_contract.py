@@ -6,6 +6,7 @@ differs from the other is a bug in one of them.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -17,6 +18,7 @@ from arbormem.errors import StoreError
 from arbormem.models import Exchange
 from arbormem.store.base import Store, TopicRecord
 from arbormem.store.state import TopicMeta
+from arbormem.text import token_record
 
 T0 = datetime(2026, 3, 1, 9, 30, 15, 123456, tzinfo=timezone.utc)
 
@@ -161,8 +163,13 @@ def test_exchange_texts_only_the_users_own(store: Store) -> None:
     store.insert_exchange(ex("u", 2, "second", status="pending"))
     store.insert_exchange(ex("other", 1, "theirs"))
     got = store.exchange_texts("u", ["e_u_2", "nope", "e_other_1", "e_u_1", "e_u_2"])
-    assert got == {"e_u_1": ("first", "re: first"), "e_u_2": ("second", "re: second")}
+    assert {i: (t.user, t.assistant) for i, t in got.items()} == {
+        "e_u_1": ("first", "re: first"), "e_u_2": ("second", "re: second")}
     assert store.exchange_texts("u", []) == {}
+    # The tokens recall reads are kept with the texts, and follow an update of them.
+    assert got["e_u_1"].tokens == token_record("first", "re: first")
+    store.update_exchange(dataclasses.replace(ex("u", 1, "first"), assistant_text="an edited reply"))
+    assert store.exchange_texts("u", ["e_u_1"])["e_u_1"].tokens == token_record("first", "an edited reply")
 
 
 def test_exchange_heads_follow_every_write(store_factory: Callable[[], Store]) -> None:

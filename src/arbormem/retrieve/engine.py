@@ -29,7 +29,7 @@ from ..models import Exchange, Hit, Recall, RecallTrace, Topic
 from ..organize.aliases import resolve_topic_hits
 from ..organize.recall_hooks import linked_topics, recall_marks
 from ..render import render_exchange
-from ..store.base import ExchangeFilter, ExchangeHead, Store
+from ..store.base import ExchangeFilter, ExchangeHead, ExchangeText, Store
 from ..tokens import TokenCounter
 from . import scoring
 from .pack import Packer, stopped
@@ -46,7 +46,7 @@ Hits = list[tuple[str, float]]
 #: What a recall learns of its query before the vector: the time it is asked against and the
 #: exchange count for IDF (``_now_and_size``), its analysis, its lexical hits (exchanges,
 #: topics), and the texts of the best exchange hits.
-QueryReads = tuple[datetime | None, int, QueryAnalysis, Hits, Hits, dict[str, tuple[str, str]]]
+QueryReads = tuple[datetime | None, int, QueryAnalysis, Hits, Hits, dict[str, ExchangeText]]
 #: The best lexical hits whose texts are read alongside the embedding. Coverage and feedback
 #: read the texts of the best ~80 of the fused ranking; on the two 10k bench memories 75% and
 #: 67% of those are among the best 80 lexical hits (88% / 70% at 100, 96% / 78% at 200).

@@ -54,7 +54,7 @@ from ..config import RecallSettings
 from ..models import Exchange
 from ..store.base import ExchangeFilter, ExchangeHead
 from ..text import identifier_like, idf, index_tokens
-from .reader import ExchangeReader, token_set
+from .reader import ExchangeReader
 
 #: Reciprocal-rank constant of the topic fusion (the usual 60; 10 or 2 were within +-0.3).
 RRF_K = 60.0
@@ -391,10 +391,12 @@ def lift_coverage(r: Ranking, terms: tuple[str, ...], w: RecallSettings) -> None
     want = set(index_tokens(" ".join(terms)))
     if not want:
         return
-    read = r.reader.texts(r.order()[: w.coverage_depth])
+    reader = r.reader
+    read = reader.texts(r.order()[: w.coverage_depth])
     shares = []
-    for user, assistant in read.values():
-        best = max(len(want.intersection(token_set(user))), len(want.intersection(token_set(assistant))))
+    for i in read:
+        best = max(len(want.intersection(reader.index_tokens(i, 0))),
+                   len(want.intersection(reader.index_tokens(i, 1))))
         shares.append(best / len(want))
     r.coverage.update(zip(read, shares, strict=True))
     r.score[r.places(list(read))] += w.coverage_weight * np.array(shares, dtype=np.float64)

@@ -111,6 +111,16 @@ class ExchangeHead:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
+class ExchangeText(NamedTuple):
+    """An exchange's two texts and, when the store keeps it, ``text.token_record`` of them
+    (written with the texts; None: rows written before it was kept, or by a bulk path, and
+    the reader tokenises the texts itself)."""
+
+    user: str
+    assistant: str
+    tokens: str | None = None
+
+
 #: What a metadata filter may compare: JSON scalars.
 MetaValue = str | int | float | bool | None
 
@@ -223,11 +233,11 @@ class Store(ABC):
                              {MARKS_KEY: e.metadata[MARKS_KEY]} if MARKS_KEY in e.metadata else {})
                 for e in self.get_exchanges(user_id, ids)]
 
-    def exchange_texts(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-        """(user text, assistant text) of the user's exchanges with these ids (unknown ids
-        skipped): what recall's coverage and feedback steps read, without the messages and
-        metadata to decode (stores may override cheaply)."""
-        return {e.id: (e.user_text, e.assistant_text) for e in self.get_exchanges(user_id, ids)}
+    def exchange_texts(self, user_id: str, ids: Sequence[str]) -> dict[str, ExchangeText]:
+        """The texts of the user's exchanges with these ids (unknown ids skipped), and their
+        tokens where the store keeps them: what recall's coverage and feedback steps read,
+        without the messages and metadata to decode (stores may override cheaply)."""
+        return {e.id: ExchangeText(e.user_text, e.assistant_text) for e in self.get_exchanges(user_id, ids)}
 
     def heads_by_seq(self, user_id: str, seqs: Sequence[int],
                      where: ExchangeFilter | None = None) -> list[ExchangeHead]:

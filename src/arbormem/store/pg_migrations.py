@@ -180,6 +180,16 @@ PG_MIGRATIONS: list[tuple[int, str, str | Callable[[Any], None]]] = [
         );
         """,
     ),
+    (
+        6,
+        "tokens kept beside an exchange's text",
+        # As SQLite's migration 5: ``text.token_record`` of the two texts, written with them,
+        # read by recall's coverage and feedback steps; older rows stay NULL (tokenised when
+        # read).
+        """
+        ALTER TABLE arbormem_exchanges ADD COLUMN IF NOT EXISTS tokens TEXT;
+        """,
+    ),
 ]
 
 

@@ -84,7 +84,16 @@ import numpy as np
 from ..errors import MigrationError, StoreError, ValidationError
 from ..models import Exchange, Status
 from ..text import index_tokens as tokens
-from .base import ChangeRecord, ExchangeFilter, IndexKind, Store, TopicRecord, TopicShape
+from ..text import token_record
+from .base import (
+    ChangeRecord,
+    ExchangeFilter,
+    ExchangeText,
+    IndexKind,
+    Store,
+    TopicRecord,
+    TopicShape,
+)
 from .pg_migrations import PG_MIGRATIONS
 from .state import TopicMeta, no_merge_in
 
@@ -398,8 +407,8 @@ class PostgresStore(Store):
         # One round trip: the row, and the user's counter raised to at least its seq.
         with self._conn() as conn:
             conn.execute(
-                f"WITH ins AS (INSERT INTO arbormem_exchanges ({self._EX_COLS}) "
-                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING user_id, seq) "
+                f"WITH ins AS (INSERT INTO arbormem_exchanges ({self._EX_COLS}, tokens) "
+                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING user_id, seq) "
                 "INSERT INTO arbormem_users (user_id, last_seq) SELECT user_id, seq FROM ins "
                 "ON CONFLICT (user_id) DO UPDATE SET last_seq = "
                 "GREATEST(arbormem_users.last_seq, excluded.last_seq)",
@@ -407,7 +416,7 @@ class PostgresStore(Store):
                     ex.id, ex.user_id, ex.session_id, ex.seq, ex.status,
                     self._json(list(ex.messages)), ex.user_text, ex.assistant_text,
                     _utc(ex.user_at), _utc(ex.assistant_at), self._json(dict(ex.metadata)),
-                    ex.topic_id, ex.failure, ex.archived,
+                    ex.topic_id, ex.failure, ex.archived, token_record(ex.user_text, ex.assistant_text),
                 ),
             )
 
@@ -416,11 +425,12 @@ class PostgresStore(Store):
             conn.execute(
                 "UPDATE arbormem_exchanges SET status=%s, messages=%s, user_text=%s, "
                 "assistant_text=%s, user_at=%s, assistant_at=%s, metadata=%s, topic_id=%s, "
-                "failure=%s, archived=%s, session_id=%s WHERE id=%s AND user_id=%s",
+                "failure=%s, archived=%s, session_id=%s, tokens=%s WHERE id=%s AND user_id=%s",
                 (
                     ex.status, self._json(list(ex.messages)), ex.user_text, ex.assistant_text,
                     _utc(ex.user_at), _utc(ex.assistant_at), self._json(dict(ex.metadata)),
-                    ex.topic_id, ex.failure, ex.archived, ex.session_id, ex.id, ex.user_id,
+                    ex.topic_id, ex.failure, ex.archived, ex.session_id,
+                    token_record(ex.user_text, ex.assistant_text), ex.id, ex.user_id,
                 ),
             )
 
@@ -443,16 +453,17 @@ class PostgresStore(Store):
             ).fetchall()
         return [self._ex(r) for r in rows]
 
-    def exchange_texts(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    def exchange_texts(self, user_id: str, ids: Sequence[str]) -> dict[str, ExchangeText]:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
         with self._conn() as conn:
             rows = conn.execute(
-                "SELECT id, user_text, assistant_text FROM arbormem_exchanges WHERE user_id = %s AND id = ANY(%s)",
+                "SELECT id, user_text, assistant_text, tokens FROM arbormem_exchanges "
+                "WHERE user_id = %s AND id = ANY(%s)",
                 (user_id, ids),
             ).fetchall()
-        return {r[0]: (r[1], r[2]) for r in rows}
+        return {r[0]: ExchangeText(r[1], r[2], r[3]) for r in rows}
 
     def list_exchanges(
         self, user_id: str, *, status: Status | None = None, topic_id: str | None = None,
@@ -725,13 +736,13 @@ class PostgresStore(Store):
             raise ValidationError("vectors contain NaN or infinity")
         total_len = 0
         with self.transaction(user_id), self._conn() as conn, conn.cursor() as cur:
-            with cur.copy(f"COPY arbormem_exchanges ({self._EX_COLS}) FROM STDIN") as cp:
+            with cur.copy(f"COPY arbormem_exchanges ({self._EX_COLS}, tokens) FROM STDIN") as cp:
                 for ex in exchanges:
                     cp.write_row((
                         ex.id, user_id, ex.session_id, ex.seq, ex.status,
                         json.dumps(list(ex.messages), ensure_ascii=False), ex.user_text, ex.assistant_text,
                         _utc(ex.user_at), _utc(ex.assistant_at), json.dumps(dict(ex.metadata), ensure_ascii=False),
-                        ex.topic_id, ex.failure, ex.archived))
+                        ex.topic_id, ex.failure, ex.archived, token_record(ex.user_text, ex.assistant_text)))
             with cur.copy("COPY arbormem_text (kind, item_id, user_id, body, tsv, doclen) FROM STDIN") as cp:
                 for ex, key in zip(exchanges, keys, strict=True):
                     toks = tokens(key)

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import MigrationError, StoreError
 from ..models import Exchange, Status, Topic
+from ..text import token_record
 from .ann import (
     ANN_BACKGROUND_ROWS,
     ANN_THRESHOLD,
@@ -50,6 +51,7 @@ from .base import (
     ChangeRecord,
     ExchangeFilter,
     ExchangeHead,
+    ExchangeText,
     IndexKind,
     Store,
     TopicRecord,
@@ -591,13 +593,13 @@ class SQLiteStore(Store):
             (ex.user_id, ex.seq),
         )
         self._exec(
-            f"INSERT INTO exchanges ({self._EX_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO exchanges ({self._EX_COLS}, tokens) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 ex.id, ex.user_id, ex.session_id, ex.seq, ex.status,
                 json.dumps(list(ex.messages), ensure_ascii=False), ex.user_text, ex.assistant_text,
                 _iso(ex.user_at), _iso(ex.assistant_at),
                 json.dumps(dict(ex.metadata), ensure_ascii=False), ex.topic_id, ex.failure,
-                int(ex.archived),
+                int(ex.archived), token_record(ex.user_text, ex.assistant_text),
             ),
         )
 
@@ -605,12 +607,12 @@ class SQLiteStore(Store):
         self._exec(
             "UPDATE exchanges SET status=?, messages=?, user_text=?, assistant_text=?, "
             "user_at=?, assistant_at=?, metadata=?, topic_id=?, failure=?, archived=?, "
-            "session_id=? WHERE id=?",
+            "session_id=?, tokens=? WHERE id=?",
             (
                 ex.status, json.dumps(list(ex.messages), ensure_ascii=False), ex.user_text,
                 ex.assistant_text, _iso(ex.user_at), _iso(ex.assistant_at),
                 json.dumps(dict(ex.metadata), ensure_ascii=False), ex.topic_id, ex.failure,
-                int(ex.archived), ex.session_id, ex.id,
+                int(ex.archived), ex.session_id, token_record(ex.user_text, ex.assistant_text), ex.id,
             ),
         )
 
@@ -706,9 +708,9 @@ class SQLiteStore(Store):
             got = kept[key] = (token, {})
         return got[1]
 
-    def exchange_texts(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-        return {r[0]: (r[1], r[2]) for r in self._rows_in(
-            "SELECT id, user_text, assistant_text FROM exchanges WHERE +user_id = ? AND id IN ({marks})",
+    def exchange_texts(self, user_id: str, ids: Sequence[str]) -> dict[str, ExchangeText]:
+        return {r[0]: ExchangeText(r[1], r[2], r[3]) for r in self._rows_in(
+            "SELECT id, user_text, assistant_text, tokens FROM exchanges WHERE +user_id = ? AND id IN ({marks})",
             (user_id,), ids)}
 
     def heads_by_seq(self, user_id: str, seqs: Sequence[int],
