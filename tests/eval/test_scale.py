@@ -129,8 +129,10 @@ def test_run_scale_in_fresh_processes_removes_its_sqlite_files(tmp_path: Path) -
 def test_bench_cli_bulk_loader_writes_a_report_that_merges(tmp_path: Path) -> None:
     out, md = tmp_path / "a.json", tmp_path / "a.md"
     res = CliRunner().invoke(eval_main, ["bench", "--loader", "bulk", "--size", "400", "--queries", "3",
-                                         "--no-isolate", "--no-progress", "--json", str(out), "--markdown", str(md)])
+                                         "--no-isolate", "--no-progress", "--json", str(out), "--markdown", str(md),
+                                         "--db-dir", str(tmp_path / "not" / "made" / "yet")])
     assert res.exit_code == 0, res.output
+    assert (tmp_path / "not" / "made" / "yet").is_dir()  # made for the run
     assert "| sqlite | 400 |" in md.read_text() and "from a cold disk" in md.read_text()
     assert load_scale_report(out).results[0].size == 400
     res = CliRunner().invoke(eval_main, ["bench", "--loader", "bulk", "--size", "500", "--queries", "3",

@@ -331,6 +331,8 @@ def bench_command(sizes: tuple[int, ...], store: str, database_url: str | None, 
     arbormem bench --loader bulk --store postgres --size 10000 --size 100000 --size 1000000
     """
     _check_store(store, database_url)
+    if db_dir:  # (a missing one failed only once the first size's files were made)
+        Path(db_dir).mkdir(parents=True, exist_ok=True)
     try:
         with _postgres(store, database_url, db_dir) as databases:
             if loader == "bulk":
