@@ -123,6 +123,8 @@ def test_run_scale_in_fresh_processes_removes_its_sqlite_files(tmp_path: Path) -
     assert all(r.store == "sqlite" and r.clients == 0 and r.load.index_s < 1.0 for r in rep.results)
     # reopened twice in new processes: files in the page cache, then evicted (a cold disk)
     assert all(r.reopen_first_recall_ms > 0 and r.cold_first_recall_ms > 0 for r in rep.results)
+    # ... and the cold disk's own read rate, so a slow disk is not read as slow code
+    assert all(r.cold_read_mb_s > 0 for r in rep.results)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -134,6 +136,7 @@ def test_bench_cli_bulk_loader_writes_a_report_that_merges(tmp_path: Path) -> No
     assert res.exit_code == 0, res.output
     assert (tmp_path / "not" / "made" / "yet").is_dir()  # made for the run
     assert "| sqlite | 400 |" in md.read_text() and "from a cold disk" in md.read_text()
+    assert " MB/s)" in md.read_text()  # the cold disk's read rate beside its first recall
     assert load_scale_report(out).results[0].size == 400
     res = CliRunner().invoke(eval_main, ["bench", "--loader", "bulk", "--size", "500", "--queries", "3",
                                          "--no-isolate", "--no-progress", "--merge", str(out)])
@@ -172,3 +175,4 @@ def test_bench_cli_starts_a_throwaway_postgres_server() -> None:
 
     with pytest.raises(psycopg.OperationalError):  # stopped afterwards
         psycopg.connect(url, connect_timeout=2)
+

@@ -434,6 +434,10 @@ class ScaleResult(Serializable):
     #: are still in memory. 0 where the platform cannot evict them.
     cold_first_recall_ms: float = 0.0
     cold_ann_ready_s: float = 0.0
+    #: MB/s of reading the largest of those files from the cold disk after that reopen: the
+    #: cold first recall reads every vector once (the graph is trusted only after its check),
+    #: so it moves with the disk as much as with the code; 0 where nothing was evicted.
+    cold_read_mb_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -543,6 +547,21 @@ def evict_from_page_cache(paths: list[Path]) -> bool:
     return True
 
 
+def cold_read_rate(path: Path, chunk: int = 8 << 20) -> float:
+    """MB/s of reading ``path`` whole after evicting it from the page cache (0.0 where the
+    platform cannot evict): what a cold disk gives this machine today."""
+    if not evict_from_page_cache([path]):
+        return 0.0
+    t0 = time.perf_counter()
+    n = 0
+    with open(path, "rb", buffering=0) as f:
+        while block := f.read(chunk):
+            n += len(block)
+    seconds = time.perf_counter() - t0
+    evict_from_page_cache([path])  # leave it as cold as it was found
+    return n / 1e6 / seconds if seconds > 0 else 0.0
+
+
 def reopen_recall(cfg: ScaleConfig, path: str, query: str) -> tuple[float, float, float]:
     """(open ms, first recall ms, graph ready s) of a fresh process reopening ``path``."""
     import multiprocessing as mp
@@ -639,6 +658,7 @@ def run_size(cfg: ScaleConfig) -> ScaleResult:
         _log(cfg.progress, f"{cfg.size:,}: recall p50 {rc['p50']:.1f} ms, p95 {rc['p95']:.1f} ms, "
                            f"answer found in {answer_rate:.0%}")
         reopen = cold = (0.0, 0.0, 0.0)
+        cold_mb_s = 0.0
         if cfg.store == "sqlite":
             reopen = reopen_recall(cfg, str(path), queries[-1][0])
             _log(cfg.progress, f"{cfg.size:,}: reopened in a new process: open {reopen[0]:.0f} ms, first recall "
@@ -647,8 +667,10 @@ def run_size(cfg: ScaleConfig) -> ScaleResult:
             files = [f for f in [path, *path.parent.glob(path.name + "-*"), *graphs.rglob("*")] if f.is_file()]
             if evict_from_page_cache(files):
                 cold = reopen_recall(cfg, str(path), queries[-2][0])
+                cold_mb_s = cold_read_rate(max(files, key=lambda f: f.stat().st_size))
                 _log(cfg.progress, f"{cfg.size:,}: reopened from a cold disk (files evicted from the page cache): "
-                                   f"first recall {cold[1]:.0f} ms, ANN graphs checked {cold[2]:.1f} s after it")
+                                   f"first recall {cold[1]:.0f} ms, ANN graphs checked {cold[2]:.1f} s after it; "
+                                   f"the disk reads {cold_mb_s:,.0f} MB/s cold")
         conc: dict[str, float] = {}
         conc_rate = 0.0
         if cfg.clients > 0:
@@ -667,6 +689,7 @@ def run_size(cfg: ScaleConfig) -> ScaleResult:
         reopen_open_ms=round(reopen[0], 1), reopen_first_recall_ms=round(reopen[1], 1),
         reopen_ann_ready_s=round(reopen[2], 1),
         cold_first_recall_ms=round(cold[1], 1), cold_ann_ready_s=round(cold[2], 1),
+        cold_read_mb_s=round(cold_mb_s),
     )
 
 
@@ -771,7 +794,8 @@ def scale_markdown(rep: ScaleReport) -> str:
             + (f"; reopened: {r.reopen_first_recall_ms:,.0f} (open {r.reopen_open_ms:,.0f}, graph checked "
                f"after {r.reopen_ann_ready_s:,.1f} s)" if r.reopen_first_recall_ms else "")
             + (f"; from a cold disk: {r.cold_first_recall_ms:,.0f} (graph checked after "
-               f"{r.cold_ann_ready_s:,.1f} s)" if r.cold_first_recall_ms else "") + " "
+               f"{r.cold_ann_ready_s:,.1f} s" + (f"; disk {r.cold_read_mb_s:,.0f} MB/s" if r.cold_read_mb_s else "")
+               + ")" if r.cold_first_recall_ms else "") + " "
             f"| {r.recall_ms['p50']:.1f} / {r.recall_ms['p95']:.1f} / {r.recall_ms['p99']:.1f} "
             f"| {r.recall_ms['p95'] / base[r.store]:.2f}x | {_stage(s, 'lexical')} / {_stage(s, 'indexes')} / {_stage(s, 'fuse')} / {_stage(s, 'expand')} / {_stage(s, 'pack')} / {_stage(s, 'render')} "
             f"| {r.answer_rate:.0%} | {conc} |")
@@ -781,6 +805,6 @@ def scale_markdown(rep: ScaleReport) -> str:
 
 __all__ = [
     "STORES", "History", "LoadStats", "ScaleConfig", "ScaleReport", "ScaleResult", "SubjectEmbedder", "World",
-    "build_tree", "bulk_load", "concurrent_recall", "lexical_key", "load_scale_report", "merge_scale",
+    "build_tree", "bulk_load", "cold_read_rate", "concurrent_recall", "lexical_key", "load_scale_report", "merge_scale",
     "reopen_recall", "run_scale", "run_size", "scale_markdown", "subjects_for", "synthesise", "time_recalls",
 ]
