@@ -522,3 +522,7 @@ def test_bulk_load_writes_what_the_contract_reads(store: Store) -> None:
     head = store.topic_heads("bulk", ["t1", "r", "nope"])
     assert set(head) == {"t1", "r"} and head["t1"].title == "Notes" and head["t1"].parent_id == "r"
     assert store.next_seq("bulk") == 4
+    # the words recall reads are kept by the bulk path too (COPY on PostgreSQL: the record's
+    # line breaks must survive its escaping)
+    texts = store.exchange_texts("bulk", [e.id for e in exs])
+    assert all(texts[e.id].tokens == token_record(e.user_text, e.assistant_text) for e in exs)
