@@ -175,4 +175,3 @@ def test_bench_cli_starts_a_throwaway_postgres_server() -> None:
 
     with pytest.raises(psycopg.OperationalError):  # stopped afterwards
         psycopg.connect(url, connect_timeout=2)
-

@@ -787,6 +787,7 @@ def scale_markdown(rep: ScaleReport) -> str:
         s = r.stage_ms
         conc = (f"{r.clients}: {r.concurrent_ms['p50']:.1f} / {r.concurrent_ms['p95']:.1f}, "
                 f"{r.concurrent_per_s:.1f}/s" if r.clients and r.concurrent_ms else "-")
+        disk = f"; disk {r.cold_read_mb_s:,.0f} MB/s" if r.cold_read_mb_s else ""
         lines.append(
             f"| {r.store} | {r.size:,} | {r.load.topics:,} | {r.load.seconds:,.0f} ({r.load_per_s:,.0f}) "
             f"| {r.bytes_per_exchange:,.0f} | {r.first_recall_ms:,.0f}"
@@ -794,8 +795,7 @@ def scale_markdown(rep: ScaleReport) -> str:
             + (f"; reopened: {r.reopen_first_recall_ms:,.0f} (open {r.reopen_open_ms:,.0f}, graph checked "
                f"after {r.reopen_ann_ready_s:,.1f} s)" if r.reopen_first_recall_ms else "")
             + (f"; from a cold disk: {r.cold_first_recall_ms:,.0f} (graph checked after "
-               f"{r.cold_ann_ready_s:,.1f} s" + (f"; disk {r.cold_read_mb_s:,.0f} MB/s" if r.cold_read_mb_s else "")
-               + ")" if r.cold_first_recall_ms else "") + " "
+               f"{r.cold_ann_ready_s:,.1f} s{disk})" if r.cold_first_recall_ms else "") + " "
             f"| {r.recall_ms['p50']:.1f} / {r.recall_ms['p95']:.1f} / {r.recall_ms['p99']:.1f} "
             f"| {r.recall_ms['p95'] / base[r.store]:.2f}x | {_stage(s, 'lexical')} / {_stage(s, 'indexes')} / {_stage(s, 'fuse')} / {_stage(s, 'expand')} / {_stage(s, 'pack')} / {_stage(s, 'render')} "
             f"| {r.answer_rate:.0%} | {conc} |")
