@@ -10,7 +10,10 @@ Vector search is exact: a per-(user, kind) float32 matrix cached in memory, refr
 incrementally from rows added since the last read (rowids only grow) and rebuilt when another
 writer deleted vectors (``user_state.del_gen``). Partitions of ``ann_threshold`` rows or more
 are searched through an HNSW graph mirroring that matrix (``store/ann.py``), saved beside the
-database file and checked against the stored vectors whenever it is loaded.
+database file and checked against the stored vectors whenever it is loaded. A large
+partition's matrix is also saved at close (a vector snapshot, with an 8-bit copy of its rows)
+and memory-mapped on the next open; until the graph is loaded and checked, searches rank the
+8-bit rows and score their best candidates on the float32 ones (``store/coarse.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import numpy as np
 from ..errors import MigrationError, StoreError
 from ..models import Exchange, Status, Topic
 from ..text import token_record
+from . import coarse
 from .ann import (
     ANN_BACKGROUND_ROWS,
     ANN_THRESHOLD,
@@ -246,7 +250,7 @@ class _SnapshotIds:
 
 class _VecCache:
     __slots__ = ("ids", "_index", "matrix", "rids", "max_rid", "del_gen", "n", "patched", "vgen", "saved",
-                 "cols", "cols_n", "cols_stale")
+                 "cols", "cols_n", "cols_stale", "codes", "code_scale", "code_stale")
 
     def __init__(self, dim: int) -> None:
         self.ids: list[str] | _SnapshotIds = []
@@ -269,12 +273,23 @@ class _VecCache:
         self.cols: np.ndarray | None = None
         self.cols_n = 0
         self.cols_stale: list[int] = []
+        # The snapshot's rows in 8 bits (``store/coarse.py``), for searches before the graph is
+        # ready: int8 rows and a scale per row, for the first ``len(codes)`` rows but for the
+        # rows in ``code_stale`` (rewritten in place since the load).
+        self.codes: np.ndarray | None = None
+        self.code_scale: np.ndarray | None = None
+        self.code_stale: set[int] = set()
 
     def rewrite(self, j: int, v: np.ndarray) -> None:
         """Overwrite row ``j`` in place (the transposed copy catches up at the next search)."""
         self.matrix[j] = v
         if self.cols is not None and j < self.cols_n:
             self.cols_stale.append(j)
+        if self.codes is not None and j < len(self.codes):
+            self.code_stale.add(j)
+            if len(self.code_stale) > REBUILD_SHARE * len(self.codes):
+                self.codes = self.code_scale = None  # mostly rewritten: exact search instead
+                self.code_stale = set()
 
     @property
     def index(self) -> dict[str, int]:
@@ -325,6 +340,9 @@ class SQLiteStore(Store):
         self._ann_ok: bool | None = None  # usearch importable, checked on first use
         # graph work of at least this many rows goes to a background thread
         self._ann_background_rows = ANN_BACKGROUND_ROWS
+        # partitions this large are searched through a snapshot's 8-bit copy while they have
+        # no graph (smaller ones exactly: the transposed copy of ``_exact_scores`` is faster)
+        self._coarse_rows = _COPY_ROWS
         # Vector searches running now: background graph work waits for them (bounded).
         self._searches = SearchGate()
         self._ann_dir = (
@@ -997,6 +1015,13 @@ class SQLiteStore(Store):
             # its saved file is checked and caught up if the partition grows back
             with self._cache_lock:
                 self._ann.pop((user_id, kind), None)
+        with self._cache_lock:
+            codes, scale, stale, matrix = cache.codes, cache.code_scale, list(cache.code_stale), cache.matrix
+        if codes is not None and scale is not None and n >= self._coarse_rows:
+            # (reopened from a snapshot, graph not ready yet: a quarter of the bytes to read)
+            found = coarse.search(codes, scale, matrix, n, query, k, stale)
+            ids = cache.ids
+            return [(ids[i], s) for i, s in found]
         scores = self._exact_scores(cache, query, n)
         if k < n:
             top = np.argpartition(-scores, k)[:k]
@@ -1085,15 +1110,31 @@ class SQLiteStore(Store):
             if (info.get("watermark") != mark or int(info["dim"]) != dim or int(info["del_gen"]) != del_gen
                     or int(info["vgen"]) != vgen):
                 raise ValueError("generation")
-            count, top = self._exec(
-                "SELECT count(*), max(rid) FROM vectors WHERE user_id = ? AND kind = ? AND rid <= ?",
-                (user_id, kind, max_rid)).fetchone()
+            fmt = int(info.get("format", 1))
+            if fmt >= 2:
+                # saved under migration 6: any change below max_rid moved the rewrite count
+                count, top = n, self._exec(
+                    "SELECT max(rid) FROM vectors WHERE user_id = ? AND kind = ? AND rid <= ?",
+                    (user_id, kind, max_rid)).fetchone()[0]
+            else:
+                count, top = self._exec(
+                    "SELECT count(*), max(rid) FROM vectors WHERE user_id = ? AND kind = ? AND rid <= ?",
+                    (user_id, kind, max_rid)).fetchone()
             last = self._exec("SELECT item_id, vec FROM vectors WHERE rid = ?", (max_rid,)).fetchone()
             if count != n or top != max_rid or last is None:
                 raise ValueError("rows")
             token = str(info["token"])
             matrix = np.load(base.with_name(f"{base.name}.{token}.f32.npy"), mmap_mode="c")
-            _read_ahead(matrix)
+            codes = scale = None
+            if fmt >= 2:
+                codes = np.load(base.with_name(f"{base.name}.{token}.i8.npy"), mmap_mode="r")
+                scale = np.load(base.with_name(f"{base.name}.{token}.scale.npy"))
+                if codes.shape != (n, dim) or codes.dtype != np.int8 or scale.shape != (n,) \
+                        or scale.dtype != np.float32:
+                    raise ValueError("8-bit copy shape")
+            # Searches before the graph is ready read the 8-bit copy in full, the float32 rows
+            # only for their candidates: read ahead what they read in full.
+            _read_ahead(codes if codes is not None else matrix)
             rids = np.load(base.with_name(f"{base.name}.{token}.rid.npy"))
             ids = _SnapshotIds(base.with_name(f"{base.name}.{token}.ids").read_bytes())
             if matrix.shape != (n, dim) or matrix.dtype != np.float32 or rids.shape != (n,) or len(ids) != n:
@@ -1101,6 +1142,10 @@ class SQLiteStore(Store):
             j = int(np.argmax(rids))
             if int(rids[j]) != max_rid or ids[j] != last[0] or matrix[j].tobytes() != bytes(last[1]):
                 raise ValueError("last row")
+            if codes is not None and scale is not None:
+                want_codes, want_scale = coarse.quantise(matrix[j : j + 1])
+                if codes[j].tobytes() != want_codes[0].tobytes() or scale[j] != want_scale[0]:
+                    raise ValueError("last row's 8-bit copy")
         except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             log.info("vector snapshot %s not used (%s): reading the vectors from SQLite", base, exc)
             self._drop_snapshot(user_id, kind)
@@ -1108,7 +1153,9 @@ class SQLiteStore(Store):
         cache = _VecCache(dim)
         cache.matrix, cache.rids, cache.ids, cache.n, cache.max_rid = matrix, rids, ids, n, max_rid
         cache._index = None
-        cache.saved = (n, max_rid, del_gen, vgen)
+        cache.codes, cache.code_scale = codes, scale
+        # a snapshot of format 1 (no 8-bit copy, rows counted) is written again at close
+        cache.saved = (n, max_rid, del_gen, vgen) if codes is not None else None
         return cache
 
     def _save_snapshots(self) -> None:
@@ -1135,10 +1182,14 @@ class SQLiteStore(Store):
                 base.parent.mkdir(parents=True, exist_ok=True)
                 np.save(base.with_name(f"{base.name}.{token}.f32.npy"), matrix, allow_pickle=False)
                 np.save(base.with_name(f"{base.name}.{token}.rid.npy"), rids, allow_pickle=False)
+                codes, scale = coarse.quantise(matrix)
+                np.save(base.with_name(f"{base.name}.{token}.i8.npy"), codes, allow_pickle=False)
+                np.save(base.with_name(f"{base.name}.{token}.scale.npy"), scale, allow_pickle=False)
+                del codes, scale
                 base.with_name(f"{base.name}.{token}.ids").write_bytes("".join(i + "\0" for i in ids).encode("utf-8"))
                 tmp.write_text(json.dumps({"token": token, "dim": int(matrix.shape[1]), "n": state[0],
                                            "max_rid": state[1], "del_gen": state[2], "vgen": state[3],
-                                           "watermark": mark}))
+                                           "format": 2, "watermark": mark}))
                 os.replace(tmp, meta)
             except OSError as exc:
                 log.warning("could not save the vector snapshot %s: %s", base, exc)
