@@ -13,7 +13,8 @@ a search takes ``oversample`` times more candidates from it and ranks them by ex
 against the cache's float32 matrix, so the approximation is only in which candidates are
 found, and every score returned is exact. Graph work of ``ANN_BACKGROUND_ROWS`` rows or more
 (the first build, loading and checking a saved graph, catching up after a cache rebuild) runs
-in a background thread while the store keeps answering exactly; loading and checking a saved
+in a background thread while the store keeps answering without the graph (exactly, or from a
+vector snapshot's 8-bit copy with exact scores: ``store/coarse.py``); loading and checking a saved
 graph leaves the GIL to the searches and waits while one runs (``_read_whole``,
 ``_progress``, ``SearchGate``: a 1M memory's first recall from a cold disk took 6.3-6.9 s
 while they held the GIL and read their files, ~2 s now; BENCHMARKS.md, "A cold disk").
@@ -78,7 +79,7 @@ from ..errors import StoreError
 ANN_THRESHOLD = 50_000
 
 #: Graph work (building, loading and checking, catching up) of at least this many rows runs
-#: in a background thread while the store answers exactly: 20k x 384 rows took 8-13 s to
+#: in a background thread while the store answers without it: 20k x 384 rows took 8-13 s to
 #: add here (M=32), a 1M graph 20 minutes to build and 14 s to load and check.
 ANN_BACKGROUND_ROWS = 20_000
 
@@ -144,8 +145,8 @@ def no_pause() -> None:
 class SearchGate:
     """The searches running now, which background graph work waits for.
 
-    On a cold disk a large partition is searched exactly, through all its rows, until its
-    graph is loaded and checked; the graph threads reading their files at the same time made
+    On a cold disk a large partition is searched through all its rows (its snapshot's 8-bit
+    copy since 2026-12-03) until its graph is loaded and checked; the graph threads reading their files at the same time made
     a 1M memory's first recall ~1.4 s slower (BENCHMARKS.md, "A cold disk"). ``pauser`` gives
     such work a ``Pause`` that waits while a search runs, at most ``step`` seconds at a time
     and ``total`` in all (a stream of searches must not starve the graph)."""

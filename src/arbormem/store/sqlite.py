@@ -82,21 +82,22 @@ GRAPH_YIELD_TOTAL = 3.0
 _BLAS_LOCK = threading.Lock()
 _BLAS: list[Any] = []  # [the threadpoolctl controller, or None without it], on first use
 # The transposed copy of ``_exact_scores`` is kept only for partitions this small (or below
-# the store's ANN threshold, when lower). A big partition is searched exactly only while its
-# graph loads or builds, or through a filter: copying 1M x 384 rows (1.9 GB, read through
-# the whole memory-mapped snapshot) made a cold open's first recall take 10.8 s, not 2.
+# the store's ANN threshold, when lower). A big partition is searched without its graph only
+# while the graph loads or builds (through the snapshot's 8-bit copy when it has one), or
+# through a filter: copying 1M x 384 rows (1.9 GB, read through the whole memory-mapped
+# snapshot) made a cold open's first recall take 10.8 s, not 2.
 _COPY_ROWS = 50_000
 
 
 def _read_ahead(matrix: np.ndarray) -> None:
     """Ask the kernel to read a memory-mapped snapshot in the background, now.
 
-    Until its graph is loaded, a large partition is searched exactly, through every row of
-    the snapshot, which a cold disk (page cache dropped) faults in page by page while the
-    graph's loader reads its own file; the 1.5 GB matrix of the 1M lab memory reads in 0.4 s
-    sequentially. MADV_WILLNEED starts that read-ahead without waiting for it: that memory's
-    first cold recall took 2.7-3.1 s with it, 4.0-4.1 s without (BENCHMARKS.md, "A cold
-    disk")."""
+    Until its graph is loaded, a large partition is searched through every row of the
+    snapshot (of its 8-bit copy, when it has one), which a cold disk (page cache dropped)
+    faults in page by page while the graph's loader reads its own file; the 1.5 GB matrix of
+    the 1M lab memory reads in 0.4 s sequentially. MADV_WILLNEED starts that read-ahead
+    without waiting for it: that memory's first cold recall took 2.7-3.1 s with it, 4.0-4.1 s
+    without (BENCHMARKS.md, "A cold disk"), before the 8-bit copy."""
     handle = getattr(matrix, "_mmap", None)
     advise = getattr(handle, "madvise", None)
     if advise is None or not hasattr(mmap, "MADV_WILLNEED"):
