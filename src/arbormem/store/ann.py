@@ -13,9 +13,9 @@ a search takes ``oversample`` times more candidates from it and ranks them by ex
 against the cache's float32 matrix, so the approximation is only in which candidates are
 found, and every score returned is exact. Graph work of ``ANN_BACKGROUND_ROWS`` rows or more
 (the first build, loading and checking a saved graph, catching up after a cache rebuild) runs
-in a background thread while the store keeps answering without the graph (exactly, or from a
-vector snapshot's 8-bit copy with exact scores: ``store/coarse.py``); loading and checking a saved
-graph leaves the GIL to the searches and waits while one runs (``_read_whole``,
+in a background thread while the store keeps answering without the graph (exactly, or from
+a vector snapshot's 8-bit copy with exact scores: ``store/coarse.py``); loading and checking a
+saved graph leaves the GIL to the searches and waits while one runs (``_read_whole``,
 ``_progress``, ``SearchGate``: a 1M memory's first recall from a cold disk took 6.3-6.9 s
 while they held the GIL and read their files, ~2 s now; BENCHMARKS.md, "A cold disk").
 
@@ -146,10 +146,11 @@ class SearchGate:
     """The searches running now, which background graph work waits for.
 
     On a cold disk a large partition is searched through all its rows (its snapshot's 8-bit
-    copy since 2026-12-03) until its graph is loaded and checked; the graph threads reading their files at the same time made
-    a 1M memory's first recall ~1.4 s slower (BENCHMARKS.md, "A cold disk"). ``pauser`` gives
-    such work a ``Pause`` that waits while a search runs, at most ``step`` seconds at a time
-    and ``total`` in all (a stream of searches must not starve the graph)."""
+    copy since 2026-12-03) until its graph is loaded and checked; the graph threads reading
+    their files at the same time made a 1M memory's first recall ~1.4 s slower (BENCHMARKS.md,
+    "A cold disk"). ``pauser`` gives such work a ``Pause`` that waits while a search runs, at
+    most ``step`` seconds at a time and ``total`` in all (a stream of searches must not starve
+    the graph)."""
 
     def __init__(self) -> None:
         self._running = 0
