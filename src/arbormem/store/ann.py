@@ -370,6 +370,19 @@ class AnnIndex:
         _drop_orphans(path)
 
 
+def exact_top(matrix: np.ndarray, rows: np.ndarray, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """The best ``k`` of ``rows`` by their exact dot product with ``query`` on ``matrix``, as
+    (row, score) pairs, best first: how a candidate set (the graph's, or the 8-bit pass's of
+    ``store/coarse.py``) is ranked. ``einsum`` runs on one thread (see SQLiteStore)."""
+    exact = np.einsum("ij,j->i", matrix[rows], query)
+    if k < len(rows):
+        top = np.argpartition(-exact, k)[:k]
+        top = top[np.argsort(-exact[top], kind="stable")]
+    else:
+        top = np.argsort(-exact, kind="stable")
+    return [(int(rows[i]), float(exact[i])) for i in top]
+
+
 def _drop_orphans(path: Path) -> None:
     """Remove temporary files of saves whose process died (killed mid-save)."""
     for p in path.parent.glob(path.name + "*.tmp"):
@@ -542,13 +555,7 @@ class AnnMirror:
             # Asked for about everything, or the walk came back short (HNSW need not reach
             # every node): score all rows, as the exact path would.
             rows = np.arange(self.n)
-        exact = np.einsum("ij,j->i", self._matrix[rows], q)  # one thread (see SQLiteStore)
-        if k < len(rows):
-            top = np.argpartition(-exact, k)[:k]
-            top = top[np.argsort(-exact[top], kind="stable")]
-        else:
-            top = np.argsort(-exact, kind="stable")
-        return [(int(rows[i]), float(exact[i])) for i in top]
+        return exact_top(self._matrix, rows, q, k)
 
     # -- persistence -------------------------------------------------------------------------
     def save(self, path: str | Path, watermark: Mapping[str, Any]) -> None:

@@ -1016,13 +1016,14 @@ class SQLiteStore(Store):
             # its saved file is checked and caught up if the partition grows back
             with self._cache_lock:
                 self._ann.pop((user_id, kind), None)
-        with self._cache_lock:
-            codes, scale, stale, matrix = cache.codes, cache.code_scale, list(cache.code_stale), cache.matrix
-        if codes is not None and scale is not None and n >= self._coarse_rows:
+        if n >= self._coarse_rows and cache.codes is not None:
             # (reopened from a snapshot, graph not ready yet: a quarter of the bytes to read)
-            found = coarse.search(codes, scale, matrix, n, query, k, stale)
-            ids = cache.ids
-            return [(ids[i], s) for i, s in found]
+            with self._cache_lock:
+                codes, scale, stale, matrix = cache.codes, cache.code_scale, list(cache.code_stale), cache.matrix
+            if codes is not None and scale is not None:
+                found = coarse.search(codes, scale, matrix, n, query, k, stale)
+                ids = cache.ids
+                return [(ids[i], s) for i, s in found]
         scores = self._exact_scores(cache, query, n)
         if k < n:
             top = np.argpartition(-scores, k)[:k]
