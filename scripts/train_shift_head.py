@@ -78,6 +78,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("tiage_train")
     ap.add_argument("--dev", help="TIAGE dev file, for the printed held-out figures")
+    ap.add_argument("--task", action="append", default=[],
+                    help="more task dialogues (segmentation format), all of them in the task share")
+    ap.add_argument("--subjects", action="append", default=[],
+                    help="more subject histories, all of them in the subjects share")
+    ap.add_argument("--c", type=float, default=C, help="L2 strength")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
     from sklearn.linear_model import LogisticRegression
@@ -87,7 +92,10 @@ def main() -> None:
     emb = make_embedder("local")
     task = json.loads((ROOT / "benchmarks/data/taskseg_dev.json").read_text())
     subjects = json.loads((ROOT / "benchmarks/data/subjects_dev.json").read_text())
-    train = [_segmented(json.loads(Path(args.tiage_train).read_text())), _segmented(task[0::2]), _sessions(subjects[:2])]
+    more_task = [d for f in args.task for d in json.loads(Path(f).read_text())]
+    more_subjects = [h for f in args.subjects for h in json.loads(Path(f).read_text())]
+    train = [_segmented(json.loads(Path(args.tiage_train).read_text())), _segmented(task[0::2] + more_task),
+             _sessions(subjects[:2] + more_subjects)]
     held = {"task (odd)": _segmented(task[1::2]), "subjects (last two)": _sessions(subjects[2:])}
     if args.dev:
         held["tiage dev"] = _segmented(json.loads(Path(args.dev).read_text()))
@@ -97,7 +105,7 @@ def main() -> None:
         xs.append(x)
         ys.append(y)
         ws.append(np.full(len(y), 1000.0 / len(y)))  # one equal share per corpus
-    clf = LogisticRegression(C=C, max_iter=5000).fit(np.concatenate(xs), np.concatenate(ys), sample_weight=np.concatenate(ws))
+    clf = LogisticRegression(C=args.c, max_iter=5000).fit(np.concatenate(xs), np.concatenate(ys), sample_weight=np.concatenate(ws))
     for name, part in held.items():
         x, y = _matrix(emb, part)
         p = clf.predict_proba(x)[:, 1] > THRESHOLD

@@ -76,6 +76,11 @@ class TreeSettings(BaseModel):
     # False keeps the link rule above for every embedder. (Not with ``lookahead``.)
     shift_head: bool = True
     shift_threshold: float = Field(default=0.55, ge=0.0, le=1.0)
+    # ... or above ``shift_spike_at`` and ``shift_spike`` times the median of the session's
+    # judgements so far (a spike: the head's calibration differs from one style of
+    # conversation to another; docs/tree.md). 0 turns the spike test off.
+    shift_spike: float = Field(default=2.0, ge=0.0)
+    shift_spike_at: float = Field(default=0.3, ge=0.0, le=1.0)
     # A new run rejoins an earlier topic (same thread) at this average link ...
     thread_threshold: float = 0.50
     # ... and joins the theme it relates to (or forms one with a lone related topic) at this.

@@ -1,8 +1,8 @@
 """Consolidation's related-branches step (docs/tree.md, "Related branches"): two top-level
 branches of one subject, which placement kept apart by vectors alone, join when their
 average link plus the words they share reaches the theme threshold. Real MiniLM, a real
-SQLite file, one of our subject histories (benchmarks/data/subjects_dev.json: Maya's
-allotment, placed as two branches months apart)."""
+SQLite file, one of our subject histories (benchmarks/data/subjects_dev.json: Tom's home
+network, whose last question, weeks after the rest, placement left as a branch of its own)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _subjects_by_branch(mem: Memory, subject: dict[str, str]) -> dict[str, Count
 
 
 def test_related_branches_of_one_subject_join_and_the_move_undoes(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
-    rows = _history("Maya")
+    rows = _history("Tom")
     with Memory(tmp_path / "m.db", embedder=minilm) as mem:
         added = mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
                                             {"role": "assistant", "content": x["assistant"]}],
@@ -33,9 +33,9 @@ def test_related_branches_of_one_subject_join_and_the_move_undoes(tmp_path, mini
         subject = {e.id: x["subject"] for e, x in zip(added, rows, strict=True)}
         before = _branches(mem)
         comp = _subjects_by_branch(mem, subject)
-        # Placement left the allotment in two top-level branches.
-        allotment = [b for b, c in comp.items() if c.most_common(1)[0][0] == "allotment"]
-        assert len(allotment) >= 2
+        # Placement left the home network in two top-level branches.
+        network = [b for b, c in comp.items() if c.most_common(1)[0][0] == "home-network"]
+        assert len(network) >= 2
 
         mem.consolidate("u")
         moves = [c for c in mem.store.list_changes("u", limit=500)
@@ -52,7 +52,7 @@ def test_related_branches_of_one_subject_join_and_the_move_undoes(tmp_path, mini
             mine = Counter(subject[e] for e in ids).most_common(1)[0][0]
             kin = Counter(subject[e] for e in subject if after[e] == after[ids[0]] and e not in ids)
             assert kin.most_common(1)[0][0] == mine
-        assert len({after[e] for e in subject if subject[e] == "allotment"}) == 1
+        assert len({after[e] for e in subject if subject[e] == "home-network"}) == 1
         labels = [subject[e.id] for e in added]
         assert sm.v_measure(labels, [after[e.id] for e in added])[2] > \
             sm.v_measure(labels, [before[e.id] for e in added])[2]

@@ -24,6 +24,10 @@ from .conftest import check_tree
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "benchmarks" / "data" / "taskseg_dev.json"
 TIAGE_DEV = ROOT.parent / "shared" / "data" / "topicseg" / "tiage_dev.json"
+#: Task dialogues written blind (another hand, MultiWOZ / in-car assistant style): the first
+#: set became development data for the spike rule; the second was read once, to check it.
+CHECK = ROOT / "benchmarks" / "data" / "taskseg_check.json"
+CHECK2 = ROOT / "benchmarks" / "data" / "taskseg_check2.json"
 
 
 def _held_out(n: int) -> list[dict]:
@@ -80,6 +84,27 @@ def test_placement_follows_the_head_and_a_setting_turns_it_off(tmp_path, minilm)
     assert np.mean(with_head) <= 0.15
 
 
+def test_a_spike_above_the_sessions_usual_opens_a_topic(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    # In-car assistant commands: weather, then "Find me the nearest gas station.", then a
+    # dentist appointment. The head is less sure of this style than of the dialogues it was
+    # trained on (0.5 at the two shifts, under its 0.55), but far surer than at the
+    # continuations around them: against the session's median, the shifts stand out.
+    d = json.loads(CHECK.read_text())[1]
+    gold = sm.labels_from_segments(d["segments"])[::2]
+    with Memory(tmp_path / "spike.db", embedder=minilm) as mem:
+        added = mem.add_many(_items(d), user_id="u")
+        topic = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
+        assert [topic[e.id] for e in added] == [added[0].topic_id] * 2 + [added[2].topic_id] * 3 + [added[5].topic_id] * 2
+        assert len(set(gold)) == len({topic[e.id] for e in added}) == 3
+        # The open topic carries the session's judgements (one per exchange after the first).
+        assert len(mem.store.get_topic(added[-1].topic_id).meta.shift_p) == len(added) - 1
+        check_tree(mem, "u")
+    off = Settings(tree=TreeSettings(shift_spike=0.0))
+    with Memory(tmp_path / "abs.db", embedder=minilm, settings=off) as mem:
+        added = mem.add_many(_items(d), user_id="u")
+        assert len({e.topic_id for e in mem.exchanges(user_id="u")}) < 3
+
+
 def test_a_model_without_a_head_keeps_the_link_rule(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with Memory(tmp_path / "m.db", embedder=HashEmbedder()) as mem:
         assert mem.writer.shift is None
@@ -103,11 +128,11 @@ def test_rebuild_places_with_the_head(tmp_path, minilm) -> None:  # type: ignore
 @pytest.mark.slow
 @pytest.mark.skipif(not TIAGE_DEV.exists(), reason="needs ../shared/data/topicseg")
 def test_tiage_dev_and_held_out_tasks(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
-    """The issue's lines on development data the head never saw: TIAGE's dev split (the head
-    trained on its train split) Pk <= 0.40, the held-out task dialogues Pk <= 0.15."""
+    """The issue's lines on data the head never saw: TIAGE's dev split (the head trained on its
+    train split) Pk <= 0.40, the held-out task dialogues and the two blind task sets Pk <= 0.15."""
     held = tmp_path / "tasks_odd.json"
     held.write_text(json.dumps(json.loads(TASKS.read_text())[1::2]))
-    for path, line in ((TIAGE_DEV, 0.40), (held, 0.15)):
+    for path, line in ((TIAGE_DEV, 0.40), (held, 0.15), (CHECK, 0.15), (CHECK2, 0.15)):
         with Memory(tmp_path / f"{path.stem}.db", embedder=minilm) as mem:
             rows = {r["system"]: r for r in eval_segmentation([str(path)], mem)["rows"]}
         assert rows["arbormem"]["pk"] <= line, rows["arbormem"]

@@ -124,3 +124,43 @@ def test_namesakes_at_the_top_level_become_one_branch(tmp_path, minilm) -> None:
         assert len(namesakes()) < len(twins)
         assert {e.id for e in mem.exchanges(user_id="u")} == exchanges
         check_tree(mem, "u")
+
+
+def test_namesakes_left_apart_are_told_apart_and_judged_again(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    # Tom's history: a small top-level branch (a wine stain and a mist coat of paint) is titled
+    # "Kitchen" like the kitchen renovation, but links to it below the user's background, so
+    # the namesakes step leaves it apart; a reader must not see "Kitchen" twice.
+    from arbormem.organize.labels import title_key
+    from arbormem.store.state import TopicMeta
+
+    rows = _history("Tom")
+    with Memory(tmp_path / "m.db", embedder=minilm) as mem:
+        mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
+                                    {"role": "assistant", "content": x["assistant"]}],
+                       "session_id": x["session"], "at": x["at"]} for x in rows], user_id="u")
+
+        def by_title() -> dict[str, list[str]]:
+            by: dict[str, list[str]] = {}
+            for b in mem.tree(user_id="u").children:
+                by.setdefault(title_key(b.title), []).append(b.id)
+            return by
+
+        twins = {k: ids for k, ids in by_title().items() if len(ids) > 1}
+        assert twins, "the history no longer places two top-level namesakes"
+        exchanges = {e.id for e in mem.exchanges(user_id="u")}
+        mem.consolidate("u")
+        after = by_title()
+        assert all(len(ids) == 1 for ids in after.values()), after
+        kept_apart = [i for ids in twins.values() for i in ids
+                      if mem.topic(i, user_id="u").parent_id == mem.tree(user_id="u").id
+                      and title_key(mem.topic(i, user_id="u").title) not in twins]
+        assert kept_apart  # retitled, still at the top level
+        for i in kept_apart:
+            meta = TopicMeta.decode(mem.store.get_topic(i).meta.encode())
+            assert meta.not_titled and set(meta.not_titled) <= set(twins)
+        # The next run judges the pair again by the old title, and titles stay put.
+        titles = {b.id: b.title for b in mem.tree(user_id="u").children}
+        mem.consolidate("u")
+        assert {b.id: b.title for b in mem.tree(user_id="u").children} == titles
+        assert {e.id for e in mem.exchanges(user_id="u")} == exchanges
+        check_tree(mem, "u")

@@ -390,6 +390,7 @@ def _short_pass(store: Store, user_id: str, settings: TreeSettings, counts: dict
         for node, parent, score, at in tree.join_related():
             log(node, parent, score, at, "related to a bigger top-level branch by vectors and shared words")
         each(tree.home_short, "a short topic alone at the top level joins the branch it relates to")
+        tree.distinguish_namesakes()
         tree.flush()
 
 

@@ -105,7 +105,7 @@ _VERBS = _words(
     soften loosen tighten flatten shorten threaten frighten sharpen weaken awaken broaden
     deepen harden heighten lengthen moisten sweeten worsen fasten hasten convey collaborate"""
 ) - _words("break change check cut deal dream drink end experience fall fight focus head hug "
-           "joke kiss paint pitch plant play practice pray print report rescue ride ring "
+           "joke kiss paint pitch plant play practice pray print report rescue ride ring sleep "
            "search smell smile study swim taste tie train travel trust vote walk wave work") \
     | _words("chat share")
 _IRREGULAR = _words(

@@ -88,6 +88,7 @@ class TreeSession:
         self._deleted: set[str] = set()
         self._to_summarise: set[str] = set()
         self._vecs: dict[str, np.ndarray] = {}
+        self._judged: float | None = None  # the shift head's probability for the exchange being placed
         self._phrases: dict[tuple[str, str], dict[str, int]] = {}  # _phrases_of
         # Creation order of the nodes made by this unit of work: new rows are written in it
         # (ids are random, so ordering by id would give identical builds different shapes).
@@ -213,6 +214,10 @@ class TreeSession:
             self._settle(cur, None)
             self.close(cur)
             cur = None
+        # The shift head's judgements of this session so far go with the open topic (a new
+        # session starts none): ``_opens`` reads a spike against their median.
+        usual = list(cur.meta.shift_p) if cur is not None else []
+        self._judged = None
         if cur is not None and closing:
             self._settle(cur, None)  # the pending exchange is judged on its own
             target = cur
@@ -235,6 +240,9 @@ class TreeSession:
             target = self._home(vec, 1, ex.seq, ex.session_id)
         self._add_to(target, ex, vec, counts)
         target.meta.session = ex.session_id
+        if self._judged is not None:
+            usual = [*usual, round(self._judged, 3)][-_SHIFT_HISTORY:]
+        target.meta.shift_p = usual
         if closing:
             target.meta.closing = True
             target.meta.pending = None
@@ -262,7 +270,15 @@ class TreeSession:
                 v2 = self._vec(p2.id) if p2 is not None else None
                 p = self.shift.probability(vec, v1, v2, ex.user_text, p1.assistant_text)
                 if p is not None:
-                    return p > self.s.shift_threshold
+                    self._judged = p
+                    usual = cur.meta.shift_p
+                    # A spike above the session's usual judgements: the head ranks openings
+                    # above continuations in any style it was tested on, but its calibration
+                    # varies with the style (on blind in-car and booking dialogues it gave 0.5
+                    # at shifts and ~0.1 between them; docs/tree.md, "Spikes").
+                    return p > self.s.shift_threshold or (
+                        self.s.shift_spike > 0 and p > self.s.shift_spike_at and bool(usual)
+                        and p > self.s.shift_spike * float(np.median(usual)))
         return self._link(vec, 1, cur) < self._continue_at(ex)
 
     def _continue_at(self, ex: Exchange) -> float:
@@ -570,11 +586,13 @@ class TreeSession:
         phrases re-created one-theme blobs where one word dominates a conversation."""
         if node.parent_id != self.root.id or node.vec_sum is None or node.size <= 0 or not node.title:
             return None
-        key = labels.title_key(node.title)
+        # Its title, or the one it was kept from by an earlier run (``distinguish_namesakes``):
+        # the link is judged again, as the two may have grown closer since.
+        keys = {labels.title_key(node.title), *node.meta.not_titled}
         order = (node.size, -node.created_seq)
         peers = [c for c in self.children(self.root)
                  if c.id != node.id and c.vec_sum is not None and c.size > 0 and c.title
-                 and labels.title_key(c.title) == key and (c.size, -c.created_seq) > order]
+                 and labels.title_key(c.title) in keys and (c.size, -c.created_seq) > order]
         if not peers:
             return None
         background = self._background()
@@ -590,6 +608,34 @@ class TreeSession:
         self._move_subtree(node, parent)
         self.bound_fanout(parent, node.created_seq)
         return parent, link, at
+
+    def distinguish_namesakes(self) -> list[TopicRecord]:
+        """Consolidation's last step: top-level nodes that still share a title after the
+        namesakes step (``home_namesake``: not related enough to join) are told apart. Each but
+        the biggest keeps that title out (``meta.not_titled``) and takes its next phrase at
+        flush; returns them.
+
+        Why after the step and not while titling: the namesakes step reads equal titles as its
+        signal that two branches are one subject, so titles must not be made distinct before
+        it has judged them. A reader seeing "Kitchen" twice at the top level learns nothing
+        from the second (docs/titles.md)."""
+        groups: dict[str, list[TopicRecord]] = {}
+        current = self.root.meta.current
+        for c in self.children(self.root):
+            if c.title and c.meta.phrases and not llm_labelled(c):
+                groups.setdefault(labels.title_key(c.title), []).append(c)
+        out = []
+        for key, nodes in groups.items():
+            if len(nodes) < 2:
+                continue
+            nodes.sort(key=lambda n: (n.size, -n.created_seq, n.id), reverse=True)
+            for n in nodes[1:]:
+                if n.frozen and n.id != current and key not in n.meta.not_titled:
+                    n.meta.not_titled.append(key)
+                    n.meta.titled = None  # due at flush
+                    self._dirty.add(n.id)
+                    out.append(n)
+        return out
 
     def join_related(self) -> list[tuple[TopicRecord, TopicRecord, float, float]]:
         """Consolidation's related-branches step: two top-level branches join when their
@@ -1104,6 +1150,8 @@ class TreeSession:
         keywords until ``arbormem rebuild-tree``."""
         parent = self.get(node.parent_id) if node.parent_id else None
         avoid = [parent.title] if parent is not None and parent.kind == "theme" and parent.title else []
+        # ... nor a bigger top-level namesake's it was not joined to (``distinguish_namesakes``)
+        avoid += node.meta.not_titled
         phrases = node.meta.phrases
         if node.kind == "theme":
             children = self.children(node)
@@ -1114,7 +1162,7 @@ class TreeSession:
                                            closeness=self._closeness(node))
                 # A sub-theme titled as the theme above it takes its own next phrase instead
                 # (none of its children's either).
-                if not (avoid and phrases and labels.title_key(title) == labels.title_key(avoid[0])):
+                if not (phrases and labels.title_key(title) in {labels.title_key(a) for a in avoid}):
                     return title
                 avoid += below
         if phrases:
@@ -1176,6 +1224,9 @@ class TreeSession:
 
 #: Cosine to its stored centroid at which a theme's centroid is not rewritten (flush).
 _THEME_VEC_KEEP = 0.9995
+#: How many of a session's shift-head judgements placement keeps for the spike test (a
+#: median of the recent ones; an open topic's meta carries them).
+_SHIFT_HISTORY = 24
 
 
 @dataclasses.dataclass

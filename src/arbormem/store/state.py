@@ -90,6 +90,7 @@ class TopicMeta:
     session: str | None = None          # session id of the topic's latest exchange
     closing: bool = False               # its latest exchange closed it ("thanks, that's all")
     pending: str | None = None          # lookahead: the exchange not judged yet
+    shift_p: list[float] = field(default_factory=list)  # the shift head's last judgements this session
     phrases: dict[str, int] = field(default_factory=dict)   # bounded phrase counter (titles)
     titled: tuple[int, int] | None = None  # (size, children) when the title was last computed
     # -- labels (organize/enrich.py: LLM labels; organize/reading.py: depth-1 detail)
@@ -111,6 +112,8 @@ class TopicMeta:
     tags_size: int | None = None        # size at which ``tags`` were normalised
     consolidated: RunMarks | None = None  # (root) the run's watermarks
     stays: bool = False                 # a short topic whose move was undone: left where it is
+    # title keys it must not take: a bigger top-level namesake it was not joined to
+    not_titled: list[str] = field(default_factory=list)
     # -- recall modes (organize/reading.py)
     recall_mode: str = "active"
     passive: list[str] = field(default_factory=list)    # (root) topics pinned passive/both
@@ -134,6 +137,8 @@ class TopicMeta:
             session=_str(r.pop("session", None)),
             closing=r.pop("closing", False) is True,
             pending=_str(r.pop("pending", None)),
+            shift_p=[float(x) for x in p if isinstance(x, (int, float)) and not isinstance(x, bool)]
+            if isinstance(p := r.pop("shift_p", None), list) else [],
             phrases=_int_map(phrases),
             titled=(int(titled[0]), int(titled[1]))
             if isinstance(titled, list) and len(titled) == 2 and all(_int(x) is not None for x in titled) else None,
@@ -155,6 +160,7 @@ class TopicMeta:
             tags_size=_int(r.pop("tags_size", None)),
             consolidated=RunMarks.decode(r.pop("consolidated")) if "consolidated" in r else None,
             stays=r.pop("stays", False) is True,
+            not_titled=_strs(r.pop("not_titled", None)),
             recall_mode=_str(r.pop("recall_mode", None)) or "active",
             passive=_strs(r.pop("passive", None)),
             segmented_through=_int(r.pop("segmented_through", None)) or 0,
