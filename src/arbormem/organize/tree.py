@@ -276,6 +276,13 @@ class TreeSession:
                     # above continuations in any style it was tested on, but its calibration
                     # varies with the style (on blind in-car and booking dialogues it gave 0.5
                     # at shifts and ~0.1 between them; docs/tree.md, "Spikes").
+                    # A full message that links weakly to the open topic leaves it whatever
+                    # the head says: the head learnt chit-chat's shifts, and on subject
+                    # histories written by another hand it let "He wants to book his theory
+                    # test" continue a talk about a neighbour's hedge (docs/tree.md, "Spikes").
+                    if self.s.link_words and len(_WORDS.findall(ex.user_text[:400])) >= self.s.link_words \
+                            and self._link(vec, 1, cur) < self.s.continue_threshold:
+                        return True
                     return p > self.s.shift_threshold or (
                         self.s.shift_spike > 0 and p > self.s.shift_spike_at and bool(usual)
                         and p > self.s.shift_spike * float(np.median(usual)))
