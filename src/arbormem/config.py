@@ -81,9 +81,10 @@ class TreeSettings(BaseModel):
     # conversation to another; docs/tree.md). 0 turns the spike test off.
     shift_spike: float = Field(default=2.0, ge=0.0)
     shift_spike_at: float = Field(default=0.3, ge=0.0, le=1.0)
-    # With the head, a user message of at least this many words also leaves the open topic
-    # when its average link falls below ``continue_threshold`` (0: the head alone decides)
+    # With the head, a user message of at least ``link_words`` words also leaves the open
+    # topic when its average link to it falls below ``link_floor`` (0 words: the head alone)
     link_words: int = Field(default=10, ge=0)
+    link_floor: float = 0.20
     # A new run rejoins an earlier topic (same thread) at this average link ...
     thread_threshold: float = 0.50
     # ... and joins the theme it relates to (or forms one with a lone related topic) at this.

@@ -281,7 +281,7 @@ class TreeSession:
                     # histories written by another hand it let "He wants to book his theory
                     # test" continue a talk about a neighbour's hedge (docs/tree.md, "Spikes").
                     if self.s.link_words and len(_WORDS.findall(ex.user_text[:400])) >= self.s.link_words \
-                            and self._link(vec, 1, cur) < self.s.continue_threshold:
+                            and self._link(vec, 1, cur) < self.s.link_floor:
                         return True
                     return p > self.s.shift_threshold or (
                         self.s.shift_spike > 0 and p > self.s.shift_spike_at and bool(usual)
