@@ -100,7 +100,7 @@ def test_pleasantries_never_title() -> None:
 
 
 def test_numbers_never_title() -> None:
-    for text in ("19 300 7", "2 04 05 at 17th", "Offer 000 17th 19:30 3.5k £400", "seven twelve"):
+    for text in ("19 300 7", "2 04 05 at 17th", "Offer 000 17th 19:30 3.5k £400", "seven twelve", "1440p or 4K or 8K?"):
         counts = phrase_counts(text)
         assert all(not any(ch.isdigit() for ch in k) for k in counts)
         title = make_title(counts, DF, N)

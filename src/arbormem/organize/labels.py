@@ -409,8 +409,8 @@ def _word(word: str) -> tuple[str, str, int]:
         surface = word.replace(_APOSTROPHE, "'")
         low = surface.lower()
         kind = _kind(low)
-        if len(low) == 2 and surface.isupper() and low not in _STOP:
-            kind = CONTENT  # an acronym ("AI", "TV"); lower-case two-letter words never count
+        if len(low) == 2 and surface.isupper() and surface.isalpha() and low not in _STOP:
+            kind = CONTENT  # an acronym ("AI", "TV"; not "4K"); lower-case two-letter words never count
         got = _WORDS_SEEN[word] = (surface, low, kind)
     return got
 
