@@ -149,9 +149,10 @@ class RecallSettings(BaseModel):
     feedback_depth: int = 60       # exchanges below those that feedback re-scores
     # A query that names some participants of a multi-party chat (messages with `name`) gets
     # only their lines from the exchanges below the best ones, which stay whole until they
-    # have taken this share of the budget.
+    # have taken this share of the budget (0.2-0.33 is one plateau for all questions; 0.2
+    # holds more of a list question's scattered evidence: docs/recall.md, step 11).
     speaker_focus: bool = True
-    speaker_focus_share: float = 0.33
+    speaker_focus_share: float = 0.2
     # Relevance floor (issue 18; docs/recall.md, "Relevance floor"): a candidate's relevance is
     # its dense cosine + relevance_coverage x the share of the query's terms one of its messages
     # holds. A query whose best candidate is below min_relevance gets no exchange beyond the
