@@ -272,17 +272,19 @@ class TreeSession:
                 if p is not None:
                     self._judged = p
                     usual = cur.meta.shift_p
-                    # A spike above the session's usual judgements: the head ranks openings
-                    # above continuations in any style it was tested on, but its calibration
-                    # varies with the style (on blind in-car and booking dialogues it gave 0.5
-                    # at shifts and ~0.1 between them; docs/tree.md, "Spikes").
                     # A full message that links weakly to the open topic leaves it whatever
                     # the head says: the head learnt chit-chat's shifts, and on subject
                     # histories written by another hand it let "He wants to book his theory
-                    # test" continue a talk about a neighbour's hedge (docs/tree.md, "Spikes").
+                    # test" continue a talk about a neighbour's hedge (docs/tree.md, "Spikes
+                    # and full messages").
                     if self.s.link_words and len(_WORDS.findall(ex.user_text[:400])) >= self.s.link_words \
                             and self._link(vec, 1, cur) < self.s.link_floor:
                         return True
+                    # A spike above the session's usual judgements: the head ranks openings
+                    # above continuations in any style it was tested on, but its calibration
+                    # varies with the style (on blind in-car and booking dialogues it gave 0.5
+                    # at shifts and ~0.1 between them; docs/tree.md, "Spikes and full
+                    # messages").
                     return p > self.s.shift_threshold or (
                         self.s.shift_spike > 0 and p > self.s.shift_spike_at and bool(usual)
                         and p > self.s.shift_spike * float(np.median(usual)))
@@ -521,6 +523,7 @@ class TreeSession:
         it relates to best."""
         self.freeze(leaf)
         leaf.meta.pending = None
+        leaf.meta.shift_p = []  # the session's judgements go on with its open topic (``place``)
         if leaf.size == 0 or leaf.vec_sum is None or leaf.meta.aliases:
             return
         home = self._find_home(leaf.vec_sum, leaf.size, exclude=leaf.id)
