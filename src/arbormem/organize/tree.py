@@ -277,7 +277,7 @@ class TreeSession:
                     # histories written by another hand it let "He wants to book his theory
                     # test" continue a talk about a neighbour's hedge (docs/tree.md, "Spikes
                     # and full messages").
-                    if self.s.link_words and len(_WORDS.findall(ex.user_text[:400])) >= self.s.link_words \
+                    if self.s.link_words and _user_words(ex) >= self.s.link_words \
                             and self._link(vec, 1, cur) < self.s.link_floor:
                         return True
                     # A spike above the session's usual judgements: the head ranks openings
@@ -296,7 +296,7 @@ class TreeSession:
         must continue their booking: they want ~0.15) against subject histories (full
         messages that open a new subject at 0.15-0.22: they want ~0.22); by length, both
         improve (docs/tree.md)."""
-        if len(_WORDS.findall(ex.user_text[:400])) <= self.s.reply_words:
+        if _user_words(ex) <= self.s.reply_words:
             return self.s.reply_threshold
         return self.s.continue_threshold
 
@@ -1259,6 +1259,12 @@ _CLOSING_WORDS = frozenset("""thanks thank thx ty cheers bye goodbye great perfe
     super again anyway then night evening morning see later take care""".split())
 _CLOSING_KEYS = frozenset("thanks thank thx ty cheers bye goodbye all".split())
 _WORDS = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
+
+
+def _user_words(ex: Exchange) -> int:
+    """Words in the user's message (its first 400 characters: past that it is long anyway),
+    as placement's length rules count them (a short reply; a full message)."""
+    return len(_WORDS.findall(ex.user_text[:400]))
 
 
 # A message that announces its own change of subject, in its first words: "Different topic:

@@ -53,6 +53,11 @@ def _strs(v: Any) -> list[str]:
     return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
 
 
+def _floats(v: Any) -> list[float]:
+    return [float(x) for x in v if isinstance(x, (int, float)) and not isinstance(x, bool)] \
+        if isinstance(v, list) else []
+
+
 @dataclass
 class RunMarks:
     """Consolidation's watermarks, kept on the root (``organize/consolidate.py``): the last
@@ -137,8 +142,7 @@ class TopicMeta:
             session=_str(r.pop("session", None)),
             closing=r.pop("closing", False) is True,
             pending=_str(r.pop("pending", None)),
-            shift_p=[float(x) for x in p if isinstance(x, (int, float)) and not isinstance(x, bool)]
-            if isinstance(p := r.pop("shift_p", None), list) else [],
+            shift_p=_floats(r.pop("shift_p", None)),
             phrases=_int_map(phrases),
             titled=(int(titled[0]), int(titled[1]))
             if isinstance(titled, list) and len(titled) == 2 and all(_int(x) is not None for x in titled) else None,
