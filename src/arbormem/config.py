@@ -85,6 +85,12 @@ class TreeSettings(BaseModel):
     # topic when its average link to it falls below ``link_floor`` (0 words: the head alone)
     link_words: int = Field(default=10, ge=0)
     link_floor: float = 0.20
+    # ... and a message of any length whose average link to the open topic is below
+    # ``unlinked_floor`` leaves it when the head gives at least ``unlinked_p`` (a short switch
+    # that shares nothing with the topic: "Do we have to tell the neighbours?" after hot-sauce
+    # labels; docs/tree.md, "Unlinked switches"). A floor of 0 turns it off.
+    unlinked_floor: float = Field(default=0.10, ge=0.0)
+    unlinked_p: float = Field(default=0.25, ge=0.0, le=1.0)
     # A new run rejoins an earlier topic (same thread) at this average link ...
     thread_threshold: float = 0.50
     # ... and joins the theme it relates to (or forms one with a lone related topic) at this.

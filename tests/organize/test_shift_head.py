@@ -28,6 +28,9 @@ TIAGE_DEV = ROOT.parent / "shared" / "data" / "topicseg" / "tiage_dev.json"
 #: set became development data for the spike rule; the second was read once, to check it.
 CHECK = ROOT / "benchmarks" / "data" / "taskseg_check.json"
 CHECK2 = ROOT / "benchmarks" / "data" / "taskseg_check2.json"
+#: Subject histories written blind, read since (development data now).
+SUBJECTS3 = ROOT / "benchmarks" / "data" / "subjects_check3.json"
+SUBJECTS4 = ROOT / "benchmarks" / "data" / "subjects_check4.json"
 
 
 def _held_out(n: int) -> list[dict]:
@@ -103,6 +106,40 @@ def test_a_spike_above_the_sessions_usual_opens_a_topic(tmp_path, minilm) -> Non
     with Memory(tmp_path / "abs.db", embedder=minilm, settings=off) as mem:
         added = mem.add_many(_items(d), user_id="u")
         assert len({e.topic_id for e in mem.exchanges(user_id="u")}) < 3
+
+
+def _history(mem: Memory, h: dict) -> dict[str, str]:
+    """Add a subject history one session after another; user text -> its topic id."""
+    added = mem.add_many([{"messages": [{"role": "user", "content": x["user"]}, {"role": "assistant", "content": x["assistant"]}],
+                           "session_id": x["session"], "at": x["at"]} for x in h["exchanges"]], user_id="u")
+    topic = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
+    return {x["user"]: topic[e.id] for x, e in zip(h["exchanges"], added, strict=True)}
+
+
+def test_an_unlinked_short_switch_leaves_the_topic(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    # Kwame's tenth session: hot-sauce labels, then "Do we have to tell the neighbours?" (his
+    # loft). Seven words: too short for the full-message rule, and the head, trained on
+    # chit-chat, gives it 0.38 (under 0.55). But it shares nothing with the labels talk (link
+    # under 0.10), and that with a head above ``unlinked_p`` is a switch.
+    kwame = json.loads(SUBJECTS4.read_text())[1]
+    labels, neighbours = "5 star hygiene rating!! What has to go on the labels?", "Do we have to tell the neighbours?"
+    with Memory(tmp_path / "on.db", embedder=minilm) as mem:
+        topic = _history(mem, kwame)
+        assert topic[neighbours] != topic[labels]
+        check_tree(mem, "u")
+    with Memory(tmp_path / "off.db", embedder=minilm, settings=Settings(tree=TreeSettings(unlinked_floor=0))) as mem:
+        assert _history(mem, kwame)[neighbours] == _topic_of(mem, labels)
+    # A question about a word of the last reply is no switch however thin its vector:
+    # "Sorry, what does flashing mean?" after "save energy for the ones you can flash".
+    nadia = json.loads(SUBJECTS3.read_text())[0]
+    with Memory(tmp_path / "guard.db", embedder=minilm) as mem:
+        topic = _history(mem, nadia)
+        assert topic["Sorry, what does flashing mean?"] == \
+            topic["The gym is running a beginners' competition next month. Should I enter?"]
+
+
+def _topic_of(mem: Memory, user_text: str) -> str:
+    return next(e.topic_id for e in mem.exchanges(user_id="u") if e.user_text == user_text)
 
 
 def test_a_model_without_a_head_keeps_the_link_rule(tmp_path) -> None:  # type: ignore[no-untyped-def]

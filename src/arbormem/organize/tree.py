@@ -40,6 +40,7 @@ from ..text import (
     prune_counts,
     sentences,
     shorten,
+    stem,
     term_counts,
     terms,
     top_terms,
@@ -277,8 +278,18 @@ class TreeSession:
                     # histories written by another hand it let "He wants to book his theory
                     # test" continue a talk about a neighbour's hedge (docs/tree.md, "Spikes
                     # and full messages").
+                    link = self._link(vec, 1, cur)
                     if self.s.link_words and _user_words(ex) >= self.s.link_words \
-                            and self._link(vec, 1, cur) < self.s.link_floor:
+                            and link < self.s.link_floor:
+                        return True
+                    # A message of any length that shares nothing with the topic (link under
+                    # 0.10, no word stem of the last exchange) leaves it when the head gives it
+                    # a fair chance: on subject histories most missed switches were short
+                    # ("Do we have to tell the neighbours?" after hot-sauce labels, p 0.38),
+                    # and a word of the last reply marks a follow-up ("Sorry, what does
+                    # flashing mean?"; docs/tree.md, "Unlinked switches").
+                    if link < self.s.unlinked_floor and p >= self.s.unlinked_p \
+                            and not _stems(ex.user_text) & _stems(p1.text):
                         return True
                     # A spike above the session's usual judgements: the head ranks openings
                     # above continuations in any style it was tested on, but its calibration
@@ -1279,6 +1290,10 @@ _SHIFT_CUE = re.compile(
     r"unrelated\b|change of (?:subject|topic)|changing (?:the )?(?:subject|topic)|switching (?:gears|topics?)|"
     r"back to (?:the|my|our|that|this)\b|going back to\b)",
     re.IGNORECASE)
+
+
+def _stems(text: str) -> set[str]:
+    return {stem(t) for t in terms(text)}
 
 
 def announces_shift(user_text: str) -> bool:
