@@ -283,13 +283,13 @@ class TreeSession:
                             and link < self.s.link_floor:
                         return True
                     # A message of any length that shares nothing with the topic (link under
-                    # 0.10, no word stem of the last exchange) leaves it when the head gives it
+                    # 0.10, no word picked up from the last reply) leaves it when the head gives it
                     # a fair chance: on subject histories most missed switches were short
                     # ("Do we have to tell the neighbours?" after hot-sauce labels, p 0.38),
                     # and a word of the last reply marks a follow-up ("Sorry, what does
                     # flashing mean?"; docs/tree.md, "Unlinked switches").
                     if link < self.s.unlinked_floor and p >= self.s.unlinked_p \
-                            and not _stems(ex.user_text) & _stems(p1.text):
+                            and not _picks_up(ex.user_text, p1):
                         return True
                     # A spike above the session's usual judgements: the head ranks openings
                     # above continuations in any style it was tested on, but its calibration
@@ -1293,7 +1293,14 @@ _SHIFT_CUE = re.compile(
 
 
 def _stems(text: str) -> set[str]:
-    return {stem(t) for t in terms(text)}
+    return {stem(t) for t in terms(text) if not t.isdigit()}
+
+
+def _picks_up(user_text: str, prev: Exchange) -> bool:
+    """Does the user's message pick up a word the last reply brought in (one the user had not
+    said)? "Sorry, what does flashing mean?" after "save energy for the ones you can flash".
+    Words the user said before ("need", "week") or numbers are no such sign."""
+    return bool(_stems(user_text) & (_stems(prev.assistant_text) - _stems(prev.user_text)))
 
 
 def announces_shift(user_text: str) -> bool:
