@@ -68,6 +68,14 @@ def identifier_like(term: str) -> bool:
     return len(term) >= 5 or (len(term) == 4 and term[:2] not in ("19", "20"))
 
 
+#: A word that is only a number ("19", "2.04", "17th", "000", "5k", "1990s"): never a title word.
+_NUMBER_WORD = re.compile(r"^[\d.,:/%£$€-]+(st|nd|rd|th|k|s)?$", re.IGNORECASE)
+
+
+def number_only(word: str) -> bool:
+    return bool(_NUMBER_WORD.match(word))
+
+
 def term_counts(text: str) -> Counter[str]:
     return Counter(terms(text))
 

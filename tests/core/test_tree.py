@@ -201,6 +201,14 @@ def test_titles_are_phrases_without_number_only_words(mem: Memory) -> None:
     assert any("kitchen" in t.title.lower() for t in mem.topics(user_id="u"))
 
 
+def test_a_topic_of_numbers_and_units_is_titled_by_a_word(mem: Memory) -> None:
+    # "5 miles in km?" holds no phrase (numbers and units are none): it was titled by its top
+    # three keywords, "Miles · Km · 5" (a blind history of 2026-12-03).
+    mem.add(chat("5 miles in km?", "5 miles is about 8.05 km."), user_id="u", session_id="s")
+    (topic,) = mem.topics(user_id="u")
+    assert topic.title in {"Miles", "Km"}
+
+
 def test_rebuild_tree_replaces_topics_and_keeps_every_exchange(tmp_path) -> None:  # type: ignore[no-untyped-def]
     db = str(tmp_path / "m.db")
     with Memory(db, embedder=HashEmbedder()) as mem:

@@ -32,6 +32,7 @@ from ..errors import ValidationError
 from ..memory import Memory
 from ..models import Topic
 from ..organize.labels import title_key
+from ..text import number_only
 from . import segmetrics as sm
 
 
@@ -140,11 +141,8 @@ def format_segmentation(rep: dict[str, Any]) -> str:
 
 
 # -- subject grouping ----------------------------------------------------------------------------
-_NUMBER_WORD = re.compile(r"^[\d.,:/%£$€-]+(st|nd|rd|th|k|s)?$", re.IGNORECASE)
-
-
 def number_only_words(title: str) -> list[str]:
-    return [w for w in re.split(r"[\s·›]+", title) if w and _NUMBER_WORD.match(w)]
+    return [w for w in re.split(r"[\s·›]+", title) if w and number_only(w)]
 
 
 def eval_subjects(files: Sequence[str], mem: Memory) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from ..store.base import Store, TopicRecord, TopicShape
 from ..text import (
     idf,
     merge_counts,
+    number_only,
     prune_counts,
     sentences,
     shorten,
@@ -1330,8 +1331,12 @@ def _or(vec: np.ndarray | None, default: np.ndarray) -> np.ndarray:
 
 
 def make_title(keywords: list[str]) -> str:
-    """A short offline title: the top keywords, capitalised."""
-    return " · ".join(k[:1].upper() + k[1:] for k in keywords[:3]) or "Untitled"
+    """The title of a node with no phrase to title it (one stored before phrase counters, or
+    whose text is all numbers and units: "5 miles in km?"): its best keyword that is not a
+    number, capitalised. Not the top three joined ("Miles · Km · 5"): keyword triples with
+    number-only words were what issue 17 found wrong with the titles."""
+    words = [k for k in keywords if not number_only(k)]
+    return words[0][:1].upper() + words[0][1:] if words else "Untitled"
 
 
 def balanced_groups(vecs: np.ndarray, k: int, cap: int, iters: int = 6) -> list[list[int]]:
