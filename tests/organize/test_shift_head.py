@@ -129,7 +129,8 @@ def test_an_unlinked_short_switch_leaves_the_topic(tmp_path, minilm) -> None:  #
         assert topic[neighbours] != topic[labels]
         check_tree(mem, "u")
     with Memory(tmp_path / "off.db", embedder=minilm, settings=Settings(tree=TreeSettings(unlinked_floor=0))) as mem:
-        assert _history(mem, kwame)[neighbours] == _topic_of(mem, labels)
+        topic = _history(mem, kwame)
+        assert topic[neighbours] == topic[labels]
     # A question about a word of the last reply is no switch however thin its vector:
     # "Sorry, what does flashing mean?" after "save energy for the ones you can flash".
     nadia = json.loads(SUBJECTS3.read_text())[0]
@@ -137,10 +138,6 @@ def test_an_unlinked_short_switch_leaves_the_topic(tmp_path, minilm) -> None:  #
         topic = _history(mem, nadia)
         assert topic["Sorry, what does flashing mean?"] == \
             topic["The gym is running a beginners' competition next month. Should I enter?"]
-
-
-def _topic_of(mem: Memory, user_text: str) -> str:
-    return next(e.topic_id for e in mem.exchanges(user_id="u") if e.user_text == user_text)
 
 
 def test_a_model_without_a_head_keeps_the_link_rule(tmp_path) -> None:  # type: ignore[no-untyped-def]
