@@ -108,6 +108,11 @@ class TreeSettings(BaseModel):
     # link plus this weight times the words they share (organize/heuristics.shared_words)
     # reaches the theme threshold (docs/tree.md, "Related branches"). 0 turns the step off.
     related_words: float = Field(default=0.3, ge=0)
+    # Consolidation's misplaced-topics step: a closed topic under a top-level theme moves to
+    # the top-level branch it relates to best when that link reaches the theme threshold and
+    # beats its link to the rest of its own branch; one that relates to nothing (below the
+    # short returns' threshold) goes to the top level (docs/tree.md, "Misplaced topics").
+    rehome_topics: bool = True
     # With an embedder that embeds short phrases meaningfully (``Embedder.names_phrases``: the
     # bundled MiniLM), a theme's title is the candidate phrase nearest its centroid among the
     # best-scored few (organize/title_vectors.py, docs/titles.md). False: counts alone.

@@ -372,10 +372,11 @@ def _short_pass(store: Store, user_id: str, settings: TreeSettings, counts: dict
         tree = TreeSession(store, user_id, settings, phrases=phrases)
         current = tree.root.meta.current
 
-        def log(node: TopicRecord, parent: TopicRecord, link: float, at: float, why: str) -> None:
+        def log(node: TopicRecord, parent: TopicRecord, link: float, at: float, why: str,
+                old: TopicRecord | None = None) -> None:
             changes.append(store.log_change(user_id, "rehome", node.id, {
-                "from": tree.root.id, "to": parent.id, "link": round(link, 4), "threshold": round(at, 4),
-                "reason": why}))
+                "from": (old or tree.root).id, "to": parent.id, "link": round(link, 4),
+                "threshold": round(at, 4), "reason": why}))
             counts["rehomed"] += 1
 
         def each(step: Callable[[TopicRecord], tuple[TopicRecord, float, float] | None], why: str) -> None:
@@ -389,9 +390,16 @@ def _short_pass(store: Store, user_id: str, settings: TreeSettings, counts: dict
         each(tree.home_namesake, "titled as a bigger top-level branch and no less related than any two exchanges")
         for node, parent, score, at in tree.join_related():
             log(node, parent, score, at, "related to a bigger top-level branch by vectors and shared words")
+        for node, old, parent, link, at in tree.rehome_topics():
+            log(node, parent, link, at, "relates to another branch better than to its own" if parent.id != tree.root.id
+                else "relates to nothing in its branch", old)
         each(tree.home_short, "a short topic alone at the top level joins the branch it relates to")
-        tree.distinguish_namesakes()
         tree.flush()
+        # Titled again only now, at that flush: the moves above may have given two top-level
+        # branches one title, so the namesakes are told apart over the new titles.
+        tree = TreeSession(store, user_id, settings, phrases=phrases)
+        if tree.distinguish_namesakes():
+            tree.flush()
 
 
 # Long: plan (archive, dedup, supersede) over batches without a transaction, then apply the

@@ -59,6 +59,14 @@ THEME_TERMS = 128
 KEYWORDS = 8
 
 
+#: How much better a topic's best other branch must link than its own before the
+#: misplaced-topics step moves it (``TreeSession.rehome_topics``), and how far below the short
+#: returns' threshold its own link must be before it goes to the top level alone. Without it,
+#: topics of one subject split over two branches hopped between them on every consolidation
+#: run (17 and 9 moves in the second and third runs over the subject histories; 1 and 0 with it).
+_REHOME_MARGIN = 0.02
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
@@ -722,6 +730,101 @@ class TreeSession:
             scores = {k: v for k, v in scores.items() if not changed.intersection(k)}
             tops = top_level()
 
+    def rehome_topics(self) -> list[tuple[TopicRecord, TopicRecord, TopicRecord, float, float]]:
+        """Consolidation's misplaced-topics step: each closed topic under a top-level theme is
+        judged against the grown tree. It moves to another top-level branch when its average
+        link to that branch reaches the theme threshold (``_theme_at``) and beats its link to
+        the rest of its own branch (into the sub-theme it relates to best, as ``_join``); it
+        goes to the top level alone when it relates to nothing: its own branch below the short
+        returns' threshold (``theme_threshold - small_topic_slack``, so the short-returns step
+        cannot send it straight back) and no other branch at the theme threshold. Up to three
+        passes, the branches' sums updated after each move. Returns (the topic, its old parent,
+        its new parent, the link, the threshold) per move.
+
+        Why: placement homes a run on what is known when it arrives, and a theme formed early
+        keeps what it took: a heel blister filed under gout, a Bhutan capital question under
+        a field trip. Judged later, a topic's best branch is its subject's more often than
+        where it was first put (docs/tree.md, "Misplaced topics"). A topic alone at the top
+        level is left to the other steps; a topic a user sent back (``meta.stays``) stays.
+        Cost: one pass over the tree's topics and a (topics x top-level) product."""
+        if not self.s.rehome_topics:
+            return []
+        at = self._theme_at()
+        alone_at = self.s.theme_threshold - self.s.small_topic_slack
+        current = self.root.meta.current
+        tops = [c for c in self.children(self.root) if c.vec_sum is not None and c.size > 0]
+        if len(tops) < 2:
+            return []
+        rows: list[tuple[TopicShape, int]] = []
+        for k, top in enumerate(tops):
+            stack = [top.id] if top.kind == "theme" else []
+            while stack:
+                for sh in self._child_shapes(stack.pop()):
+                    if sh.kind == "theme":
+                        stack.append(sh.id)
+                    elif sh.size > 0 and sh.vec_sum is not None and sh.id != current:
+                        rows.append((sh, k))
+        sums = [t.vec_sum.astype(np.float64) for t in tops if t.vec_sum is not None]
+        sizes = [t.size for t in tops]
+        moves: list[tuple[TopicRecord, TopicRecord, TopicRecord, float, float]] = []
+        seq = self.root.end_seq or 0
+        def judge(r: int) -> tuple[float, int, float] | None:
+            """(how clearly it is misplaced, its target branch or -1 for the top level, the
+            link) for row ``r`` under the current sums, or None when it stays."""
+            sh, k = rows[r]
+            assert sh.vec_sum is not None
+            v, n = sh.vec_sum.astype(np.float64), sh.size
+            if sizes[k] - n <= 0:
+                return None  # alone in its branch: the other steps judge it
+            links = np.array([float(v @ s) / (n * m) for s, m in zip(sums, sizes, strict=True)])
+            own = (links[k] * n * sizes[k] - float(v @ v)) / (n * (sizes[k] - n))
+            links[k] = -np.inf
+            j = int(np.argmax(links))
+            if links[j] >= at and links[j] > own + _REHOME_MARGIN:
+                return float(links[j] - own), j, float(links[j])
+            if own < alone_at - _REHOME_MARGIN and links[j] < at:
+                return float(alone_at - own), -1, float(own)
+            return None
+
+        for _ in range(3):
+            # The most clearly misplaced first, each judged again under the sums as they are
+            # by its turn (ids are random, so no order of the tree's own is reproducible).
+            ranked = sorted((-x[0], r) for r in range(len(rows)) if (x := judge(r)) is not None)
+            moved = False
+            for _gain, r in ranked:
+                verdict = judge(r)
+                if verdict is None:
+                    continue
+                _, target, link = verdict
+                sh, k = rows[r]
+                leaf = self.get(sh.id)
+                old = self.get(leaf.parent_id) if leaf is not None and leaf.parent_id else None
+                if leaf is None or old is None or not leaf.frozen or leaf.meta.stays:
+                    continue
+                v = sh.vec_sum.astype(np.float64)  # type: ignore[union-attr]
+                if target >= 0:
+                    parent = self._join(leaf, tops[target], at)
+                    tops[target] = self._top(parent)  # a lone topic joined is now a theme
+                    sums[target] = sums[target] + v
+                    sizes[target] += sh.size
+                else:
+                    self._move_subtree(leaf, self.root)
+                    parent = self.root
+                    tops.append(leaf)
+                    sums.append(v.copy())
+                    sizes.append(sh.size)
+                    target = len(tops) - 1
+                sums[k] = sums[k] - v
+                sizes[k] -= sh.size
+                rows[r] = (sh, target)
+                moves.append((leaf, old, parent, link, alone_at if parent.id == self.root.id else at))
+                moved = True
+            if not moved:
+                break
+        if moves:
+            self.bound_fanout(self.root, seq)
+        return moves
+
     def _join(self, node: TopicRecord, target: TopicRecord, at: float) -> TopicRecord:
         """Move ``node`` into the top-level branch ``target``: into the sub-theme of a theme it
         relates to best (while at ``at`` or above), or beside a lone topic (the two become a
@@ -740,6 +843,12 @@ class TreeSession:
         """Move a node back to the top level (undoing ``home_short`` or ``home_namesake``)."""
         if node.parent_id != self.root.id:
             self._move_subtree(node, self.root)
+
+    def put_under(self, node: TopicRecord, parent: TopicRecord) -> None:
+        """Move a node under a theme (undoing a move of the misplaced-topics step)."""
+        if node.parent_id != parent.id and not any(a.id == node.id for a in [parent, *self.ancestors(parent)]):
+            self._move_subtree(node, parent)
+            self.bound_fanout(parent, node.created_seq)
 
     def _move_subtree(self, node: TopicRecord, new_parent: TopicRecord) -> None:
         """Move a node (with its aggregates) under another parent, keeping every ancestor's

@@ -65,7 +65,13 @@ def undo_change(store: Store, user_id: str, change: ChangeRecord, settings: Tree
             leaf = tree.get(change.target_id)
             if leaf is None:
                 raise NotFoundError(f"topic {change.target_id} no longer exists")
-            tree.to_top(leaf)
+            # Where it came from: the top level (short returns, namesakes, related branches),
+            # or the theme the misplaced-topics step took it out of, while that theme is there.
+            origin = tree.get(str(d.get("from", "")))
+            if origin is not None and origin.kind == "theme" and origin.id != leaf.id:
+                tree.put_under(leaf, origin)
+            else:
+                tree.to_top(leaf)
             leaf.meta.stays = True
             tree.touch(leaf, summarise=False)
             tree.flush()
