@@ -104,6 +104,9 @@ class TreeSettings(BaseModel):
     # returns"). A slack of 0 turns the step off.
     small_topic: int = Field(default=3, ge=0)
     small_topic_slack: float = Field(default=0.12, ge=0)
+    # ... and only when that branch links at least this much more than the next best: a
+    # one-off question links about as weakly to several branches (docs/tree.md, "Short returns").
+    small_topic_gap: float = Field(default=0.06, ge=0)
     # Consolidation's related-branches step: two top-level branches join when their average
     # link plus this weight times the words they share (organize/heuristics.shared_words)
     # reaches the theme threshold (docs/tree.md, "Related branches"). 0 turns the step off.

@@ -166,3 +166,30 @@ def test_namesakes_left_apart_are_told_apart_and_judged_again(tmp_path, minilm) 
         assert {b.id: b.title for b in mem.tree(user_id="u").children} == titles
         assert {e.id for e in mem.exchanges(user_id="u")} == exchanges
         check_tree(mem, "u")
+
+
+def test_a_one_off_question_linking_weakly_to_several_branches_stays_alone(  # type: ignore[no-untyped-def]
+        tmp_path, minilm, monkeypatch) -> None:
+    # Ines (benchmarks/data/subjects_check4.json) asks once how much salt goes in pasta water;
+    # it links a little to her sea kayaking and about as much to another branch. Without the
+    # gap the step filed it under sea kayaking; with it the question stays alone.
+    monkeypatch.delenv("ARBORMEM_TREE__THREAD_THRESHOLD", raising=False)
+    from arbormem.config import Settings, TreeSettings
+
+    path = HISTORIES.parent / "subjects_check4.json"
+    rows = next(h for h in json.loads(path.read_text()) if h["name"].startswith("Ines"))["exchanges"]
+    alone = {}
+    for gap in (0.0, TreeSettings().small_topic_gap):
+        with Memory(tmp_path / f"m{gap}.db", embedder=minilm,
+                    settings=Settings(tree=TreeSettings(small_topic_gap=gap))) as mem:
+            added = mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
+                                                {"role": "assistant", "content": x["assistant"]}],
+                                   "session_id": x["session"], "at": x["at"]} for x in rows], user_id="u")
+            subject = {e.id: x["subject"] for e, x in zip(added, rows, strict=True)}
+            pasta = next(i for i, s in subject.items() if s == "misc:pasta-water")
+            assert len([i for i, b in _branches(mem).items() if b == _branches(mem)[pasta]]) == 1
+            mem.consolidate("u")
+            after = _branches(mem)
+            alone[gap] = {subject[i] for i, b in after.items() if b == after[pasta]} == {"misc:pasta-water"}
+            check_tree(mem, "u")
+    assert alone == {0.0: False, TreeSettings().small_topic_gap: True}

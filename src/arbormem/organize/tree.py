@@ -587,16 +587,23 @@ class TreeSession:
         placement left it beside the subject as a one-exchange branch. Judged on the grown
         tree, the subject it relates to best is usually its own (docs/tree.md, "Short
         returns"); judged while placing, before the subject's branch had grown, a lower
-        threshold let early short topics pull unrelated subjects together."""
+        threshold let early short topics pull unrelated subjects together.
+
+        The best branch must also beat the next best by ``small_topic_gap``: a return relates
+        to its own subject clearly more than to the others, while a one-off question ("Why do
+        we get hiccups?") links about as weakly to several; on the subject histories more than
+        half of the moves this step made without the gap were such questions or went to the
+        wrong subject (docs/tree.md, "Short returns")."""
         if leaf.parent_id != self.root.id or leaf.vec_sum is None \
                 or not 0 < leaf.size <= self.s.small_topic or self.s.small_topic_slack <= 0:
             return None
         big = [c for c in self.children(self.root) if c.id != leaf.id and c.size > self.s.small_topic]
         if not big:
             return None
-        link, target = max(((self._link(leaf.vec_sum, leaf.size, c), c) for c in big), key=lambda p: (p[0], p[1].id))
+        ranked = sorted(((self._link(leaf.vec_sum, leaf.size, c), c) for c in big), key=lambda p: (-p[0], p[1].id))
+        link, target = ranked[0]
         at = self._theme_at() - self.s.small_topic_slack
-        if link < at:
+        if link < at or (len(ranked) > 1 and link - ranked[1][0] < self.s.small_topic_gap):
             return None
         return self._join(leaf, target, at), link, at
 
