@@ -756,12 +756,45 @@ class TreeSession:
         Cost: one pass over the tree's topics and a (topics x top-level) product."""
         if not self.s.rehome_topics:
             return []
-        at = self._theme_at()
-        alone_at = self.s.theme_threshold - self.s.small_topic_slack
-        current = self.root.meta.current
         tops = [c for c in self.children(self.root) if c.vec_sum is not None and c.size > 0]
         if len(tops) < 2:
             return []
+        at = self._theme_at()
+        branches = _Branches(tops, at, self.s.theme_threshold - self.s.small_topic_slack)
+        rows = self._closed_below(tops)
+        moves: list[tuple[TopicRecord, TopicRecord, TopicRecord, float, float]] = []
+        seq = self.root.end_seq or 0
+        for _ in range(3):
+            # The most clearly misplaced first, each judged again under the sums as they are
+            # by its turn (ids are random, so no order of the tree's own is reproducible).
+            ranked = sorted((-x[0], r) for r, (sh, k) in enumerate(rows) if (x := branches.judge(sh, k)) is not None)
+            moved = False
+            for _gain, r in ranked:
+                sh, k = rows[r]
+                verdict = branches.judge(sh, k)
+                leaf = self.get(sh.id) if verdict is not None else None
+                old = self.get(leaf.parent_id) if leaf is not None and leaf.parent_id else None
+                if verdict is None or leaf is None or old is None or not leaf.frozen or leaf.meta.stays:
+                    continue
+                _, target, link = verdict
+                if target >= 0:
+                    parent = self._join(leaf, branches.tops[target], at)
+                    branches.tops[target] = self._top(parent)  # a lone topic joined is now a theme
+                else:
+                    self._move_subtree(leaf, self.root)
+                    parent = self.root
+                rows[r] = (sh, branches.move(sh, k, target, leaf))
+                moves.append((leaf, old, parent, link, branches.alone_at if parent.id == self.root.id else at))
+                moved = True
+            if not moved:
+                break
+        if moves:
+            self.bound_fanout(self.root, seq)
+        return moves
+
+    def _closed_below(self, tops: list[TopicRecord]) -> list[tuple[TopicShape, int]]:
+        """Each topic below a top-level theme (not the open one), with its branch's index."""
+        current = self.root.meta.current
         rows: list[tuple[TopicShape, int]] = []
         for k, top in enumerate(tops):
             stack = [top.id] if top.kind == "theme" else []
@@ -771,66 +804,7 @@ class TreeSession:
                         stack.append(sh.id)
                     elif sh.size > 0 and sh.vec_sum is not None and sh.id != current:
                         rows.append((sh, k))
-        sums = [t.vec_sum.astype(np.float64) for t in tops if t.vec_sum is not None]
-        sizes = [t.size for t in tops]
-        moves: list[tuple[TopicRecord, TopicRecord, TopicRecord, float, float]] = []
-        seq = self.root.end_seq or 0
-        def judge(r: int) -> tuple[float, int, float] | None:
-            """(how clearly it is misplaced, its target branch or -1 for the top level, the
-            link) for row ``r`` under the current sums, or None when it stays."""
-            sh, k = rows[r]
-            assert sh.vec_sum is not None
-            v, n = sh.vec_sum.astype(np.float64), sh.size
-            if sizes[k] - n <= 0:
-                return None  # alone in its branch: the other steps judge it
-            links = np.array([float(v @ s) / (n * m) for s, m in zip(sums, sizes, strict=True)])
-            own = (links[k] * n * sizes[k] - float(v @ v)) / (n * (sizes[k] - n))
-            links[k] = -np.inf
-            j = int(np.argmax(links))
-            if links[j] >= at and links[j] > own + _REHOME_MARGIN:
-                return float(links[j] - own), j, float(links[j])
-            if own < alone_at - _REHOME_MARGIN and links[j] < at:
-                return float(alone_at - own), -1, float(own)
-            return None
-
-        for _ in range(3):
-            # The most clearly misplaced first, each judged again under the sums as they are
-            # by its turn (ids are random, so no order of the tree's own is reproducible).
-            ranked = sorted((-x[0], r) for r in range(len(rows)) if (x := judge(r)) is not None)
-            moved = False
-            for _gain, r in ranked:
-                verdict = judge(r)
-                if verdict is None:
-                    continue
-                _, target, link = verdict
-                sh, k = rows[r]
-                leaf = self.get(sh.id)
-                old = self.get(leaf.parent_id) if leaf is not None and leaf.parent_id else None
-                if leaf is None or old is None or not leaf.frozen or leaf.meta.stays:
-                    continue
-                v = sh.vec_sum.astype(np.float64)  # type: ignore[union-attr]
-                if target >= 0:
-                    parent = self._join(leaf, tops[target], at)
-                    tops[target] = self._top(parent)  # a lone topic joined is now a theme
-                    sums[target] = sums[target] + v
-                    sizes[target] += sh.size
-                else:
-                    self._move_subtree(leaf, self.root)
-                    parent = self.root
-                    tops.append(leaf)
-                    sums.append(v.copy())
-                    sizes.append(sh.size)
-                    target = len(tops) - 1
-                sums[k] = sums[k] - v
-                sizes[k] -= sh.size
-                rows[r] = (sh, target)
-                moves.append((leaf, old, parent, link, alone_at if parent.id == self.root.id else at))
-                moved = True
-            if not moved:
-                break
-        if moves:
-            self.bound_fanout(self.root, seq)
-        return moves
+        return rows
 
     def _join(self, node: TopicRecord, target: TopicRecord, at: float) -> TopicRecord:
         """Move ``node`` into the top-level branch ``target``: into the sub-theme of a theme it
@@ -1368,6 +1342,51 @@ _SHIFT_HISTORY = 24
 
 
 @dataclasses.dataclass
+class _Branches:
+    """The top-level branches as the misplaced-topics step sees them (``rehome_topics``):
+    each one's node, vector sum and size, kept up to date as topics move between them."""
+
+    def __init__(self, tops: list[TopicRecord], at: float, alone_at: float) -> None:
+        self.tops = tops
+        self.sums = np.stack([t.vec_sum for t in tops if t.vec_sum is not None]).astype(np.float64)
+        self.sizes = np.array([t.size for t in tops], dtype=np.float64)
+        self.at, self.alone_at = at, alone_at
+
+    def judge(self, sh: TopicShape, k: int) -> tuple[float, int, float] | None:
+        """For a topic in branch ``k``: (how clearly it is misplaced, the branch it belongs to
+        or -1 for the top level alone, the link), or None when it stays."""
+        assert sh.vec_sum is not None
+        v, n = sh.vec_sum.astype(np.float64), sh.size
+        rest = self.sizes[k] - n
+        if rest <= 0:
+            return None  # alone in its branch: the other steps judge it
+        links = (self.sums @ v) / (n * self.sizes)
+        own = (float(self.sums[k] @ v) - float(v @ v)) / (n * rest)
+        links[k] = -np.inf
+        j = int(np.argmax(links))
+        if links[j] >= self.at and links[j] > own + _REHOME_MARGIN:
+            return float(links[j] - own), j, float(links[j])
+        if own < self.alone_at - _REHOME_MARGIN and links[j] < self.at:
+            return float(self.alone_at - own), -1, own
+        return None
+
+    def move(self, sh: TopicShape, k: int, target: int, leaf: TopicRecord) -> int:
+        """Account a move from branch ``k`` to ``target`` (-1: a new top-level branch, the
+        topic itself); returns the topic's branch index."""
+        assert sh.vec_sum is not None
+        v = sh.vec_sum.astype(np.float64)
+        if target < 0:
+            self.tops.append(leaf)
+            self.sums = np.vstack([self.sums, np.zeros_like(v)])
+            self.sizes = np.append(self.sizes, 0.0)
+            target = len(self.tops) - 1
+        self.sums[target] += v
+        self.sizes[target] += sh.size
+        self.sums[k] -= v
+        self.sizes[k] -= sh.size
+        return target
+
+
 class _Home:
     """Where a run of exchanges belongs: an earlier topic of its thread, a theme, or beside a
     lone related topic (``pair``); all None means a new top-level topic."""
