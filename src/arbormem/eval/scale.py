@@ -221,7 +221,7 @@ def _leaf_summary(h: History, lo: int, hi: int, keywords: list[str], df: dict[st
 def build_tree(h: History, vecs: np.ndarray, counts: list[Counter[str]], df: dict[str, int], user_id: str,
                max_topic_size: int = 24, max_children: int = 8, seed: int = 7) -> tuple[list[TopicRecord], list[str]]:
     """Every node of the user's tree (root first) and each exchange's leaf id."""
-    from ..organize.tree import KEYWORDS, LEAF_TERMS, THEME_TERMS, make_title
+    from ..organize.tree import KEYWORDS, LEAF_TERMS, THEME_TERMS, keyword_title
     from ..text import merge_counts, prune_counts, shorten, top_terms
 
     rng = random.Random(seed + 2)
@@ -252,7 +252,7 @@ def build_tree(h: History, vecs: np.ndarray, counts: list[Counter[str]], df: dic
             meta=TopicMeta(session=h.sessions[lo]),
         )
         rec.keywords = top_terms(rec.terms, df, n, KEYWORDS)
-        rec.title = make_title(rec.keywords)
+        rec.title = keyword_title(rec.keywords)
         rec.summary = _leaf_summary(h, lo, hi, rec.keywords, df, n)
         leaves.append(rec)
         leaf_subject[rec.id] = int(h.subjects[lo])
@@ -275,7 +275,7 @@ def build_tree(h: History, vecs: np.ndarray, counts: list[Counter[str]], df: dic
             terms=prune_counts(acc, THEME_TERMS), created_seq=min(k.created_seq for k in kids),
         )
         t.keywords = top_terms(t.terms, df, n, KEYWORDS)
-        t.title = make_title(t.keywords)
+        t.title = keyword_title(t.keywords)
         t.summary = shorten("; ".join(k.title for k in kids if k.title), 240)
         for k in kids:
             k.parent_id = t.id

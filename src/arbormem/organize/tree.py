@@ -1283,7 +1283,7 @@ class TreeSession:
             # (docs/titles.md, "Nearest phrase").
             near = self._closeness(node) if node.kind == "theme" or self._one_off(node) else None
             return labels.make_title(phrases, df, n_docs, members=node.size, avoid=avoid, closeness=near)
-        return make_title(node.keywords)
+        return keyword_title(node.keywords)
 
     def _one_off(self, node: TopicRecord) -> bool:
         """A closed single-exchange topic at the top level: a one-off question ("Crossword
@@ -1429,7 +1429,7 @@ _SHIFT_CUE = re.compile(
 
 
 def _stems(text: str) -> set[str]:
-    return {stem(t) for t in terms(text) if not t.isdigit()}
+    return {stem(t) for t in terms(text) if not number_only(t)}
 
 
 def _picks_up(user_text: str, prev: Exchange) -> bool:
@@ -1465,7 +1465,7 @@ def _or(vec: np.ndarray | None, default: np.ndarray) -> np.ndarray:
     return default if vec is None else vec
 
 
-def make_title(keywords: list[str]) -> str:
+def keyword_title(keywords: list[str]) -> str:
     """The title of a node with no phrase to title it (one stored before phrase counters, or
     whose text is all numbers and units: "5 miles in km?"): its best keyword that is not a
     number, capitalised. Not the top three joined ("Miles · Km · 5"): keyword triples with
