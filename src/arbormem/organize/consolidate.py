@@ -363,11 +363,14 @@ def _merge_and_link(store: Store, user_id: str, settings: TreeSettings, llm: Any
 def _short_pass(store: Store, user_id: str, settings: TreeSettings, counts: dict[str, int],
                 changes: list[str], phrases: PhraseVectors | None = None) -> None:
     """Top-level strays go home: a node titled as a bigger top-level branch joins it when no
-    less related than any two exchanges (``TreeSession.home_namesake``); then each closed
-    topic (or small theme) of at most ``small_topic`` exchanges alone at the top level joins
-    the bigger branch it relates to best (``TreeSession.home_short``; docs/tree.md, "Short
-    returns"). Runs on the grown tree, after merging; the top level is
-    bounded (``root_children``), so the pass reads little. Each move is logged and undoable."""
+    less related than any two exchanges (``TreeSession.home_namesake``); two related top-level
+    branches join (``join_related``); a closed topic under a theme moves to the branch it
+    relates to better, or to the top level when it relates to nothing (``rehome_topics``;
+    docs/tree.md, "Misplaced topics"); then each closed topic (or small theme) of at most
+    ``small_topic`` exchanges alone at the top level joins the bigger branch it relates to
+    clearly best (``TreeSession.home_short``; docs/tree.md, "Short returns"). Runs on the
+    grown tree, after merging; the top level is bounded (``root_children``) and the topics
+    are read as shapes, so the pass reads little. Each move is logged and undoable."""
     with store.transaction(user_id):
         tree = TreeSession(store, user_id, settings, phrases=phrases)
         current = tree.root.meta.current
