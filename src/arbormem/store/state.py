@@ -116,7 +116,7 @@ class TopicMeta:
     tags: list[str] = field(default_factory=list)
     tags_size: int | None = None        # size at which ``tags`` were normalised
     consolidated: RunMarks | None = None  # (root) the run's watermarks
-    stays: bool = False                 # a short topic whose move was undone: left where it is
+    stays: bool = False                 # a topic whose consolidation move was undone: left where it is
     # title keys it must not take: a bigger top-level namesake it was not joined to
     not_titled: list[str] = field(default_factory=list)
     # -- recall modes (organize/reading.py)
