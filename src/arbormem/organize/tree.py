@@ -63,7 +63,8 @@ KEYWORDS = 8
 #: misplaced-topics step moves it (``TreeSession.rehome_topics``), and how far below the short
 #: returns' threshold its own link must be before it goes to the top level alone. Without it,
 #: topics of one subject split over two branches hopped between them on every consolidation
-#: run (17 and 9 moves in the second and third runs over the subject histories; 1 and 0 with it).
+#: run (17 and 9 moves in the second and third runs over the subject histories; 0 and 0 with
+#: it; docs/tree.md, "Misplaced topics").
 _REHOME_MARGIN = 0.02
 
 
@@ -772,9 +773,11 @@ class TreeSession:
             for _gain, r in ranked:
                 sh, k = rows[r]
                 verdict = branches.judge(sh, k)
-                leaf = self.get(sh.id) if verdict is not None else None
+                if verdict is None:
+                    continue
+                leaf = self.get(sh.id)
                 old = self.get(leaf.parent_id) if leaf is not None and leaf.parent_id else None
-                if verdict is None or leaf is None or old is None or not leaf.frozen or leaf.meta.stays:
+                if leaf is None or old is None or not leaf.frozen or leaf.meta.stays:
                     continue
                 _, target, link = verdict
                 if target >= 0:
@@ -1341,7 +1344,6 @@ _THEME_VEC_KEEP = 0.9995
 _SHIFT_HISTORY = 24
 
 
-@dataclasses.dataclass
 class _Branches:
     """The top-level branches as the misplaced-topics step sees them (``rehome_topics``):
     each one's node, vector sum and size, kept up to date as topics move between them."""
@@ -1360,8 +1362,9 @@ class _Branches:
         rest = self.sizes[k] - n
         if rest <= 0:
             return None  # alone in its branch: the other steps judge it
-        links = (self.sums @ v) / (n * self.sizes)
-        own = (float(self.sums[k] @ v) - float(v @ v)) / (n * rest)
+        raw = self.sums @ v
+        own = (float(raw[k]) - float(v @ v)) / (n * rest)
+        links = raw / (n * self.sizes)
         links[k] = -np.inf
         j = int(np.argmax(links))
         if links[j] >= self.at and links[j] > own + _REHOME_MARGIN:
@@ -1387,6 +1390,7 @@ class _Branches:
         return target
 
 
+@dataclasses.dataclass
 class _Home:
     """Where a run of exchanges belongs: an earlier topic of its thread, a theme, or beside a
     lone related topic (``pair``); all None means a new top-level topic."""
