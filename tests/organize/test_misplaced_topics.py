@@ -18,6 +18,7 @@ from arbormem.config import Settings, TreeSettings
 from arbormem.eval import segmetrics as sm
 
 from .conftest import check_tree
+from .test_short_returns import _branches
 
 HISTORIES = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "subjects_check5.json"
 ANOTHER = "relates to another branch better than to its own"
@@ -39,12 +40,6 @@ def _add(mem: Memory, rows: list[dict]) -> dict[str, str]:
                                         {"role": "assistant", "content": x["assistant"]}],
                            "session_id": x["session"], "at": x["at"]} for x in rows], user_id="u")
     return {e.id: x["subject"] for e, x in zip(added, rows, strict=True)}
-
-
-def _branches(mem: Memory) -> dict[str, str]:
-    """Exchange id -> id of its top-level branch."""
-    top_of = {n.id: b.id for b in mem.tree(user_id="u").children for n in b.walk()}
-    return {e.id: top_of[e.topic_id] for e in mem.exchanges(user_id="u") if e.topic_id}
 
 
 def _v(mem: Memory, subject: dict[str, str]) -> float:
