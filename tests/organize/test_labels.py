@@ -90,6 +90,16 @@ def test_single_exchange_titles_read_like_a_person_s() -> None:
     assert make_title(node(OTHER[3]), DF, N) == "Rust code"
 
 
+def test_a_gerund_that_names_a_thing_titles() -> None:
+    # "hearing" is a verb form ("I was hearing about it") and a noun (hearing aids, a hearing
+    # test); as a noun it names the subject: "Hearing aids", not "Aids".
+    aids = [("My dad's hearing has got bad, the private ENT says he needs hearing aids.",
+             "Hearing aids in both ears usually cost 4,000-8,000; ask about a trial period."),
+            ("The hearing aids whistle when he puts his hat on.",
+             "Feedback like that usually means the hearing aids need a refit of the domes.")]
+    assert make_title(node(*aids), DF, N, members=len(aids)) == "Hearing aids"
+
+
 def test_pleasantries_never_title() -> None:
     counts = node(OTHER[2])
     assert not [k for k in counts if is_phrase(k)]

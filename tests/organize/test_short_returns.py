@@ -168,6 +168,31 @@ def test_namesakes_left_apart_are_told_apart_and_judged_again(tmp_path, minilm) 
         check_tree(mem, "u")
 
 
+def test_a_namesake_joined_under_its_twin_takes_another_title(  # type: ignore[no-untyped-def]
+        tmp_path, minilm, monkeypatch) -> None:
+    # Zofia (benchmarks/data/subjects_check9.json): placement leaves two top-level branches
+    # titled "Hearing aids" (her dad's first visits; his later adjustments); the namesakes step
+    # joins the smaller under the bigger, whose title does not change. The joined branch must
+    # not read "Hearing aids > Hearing aids".
+    from arbormem.organize.labels import title_key
+
+    monkeypatch.delenv("ARBORMEM_TREE__THREAD_THRESHOLD", raising=False)
+    path = HISTORIES.parent / "subjects_check9.json"
+    rows = next(h for h in json.loads(path.read_text()) if h["name"].startswith("Zofia"))["exchanges"]
+    with Memory(tmp_path / "m.db", embedder=minilm) as mem:
+        mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
+                                    {"role": "assistant", "content": x["assistant"]}],
+                       "session_id": x["session"], "at": x["at"]} for x in rows], user_id="u")
+        mem.consolidate("u")
+        joined = [c for c in mem.store.list_changes("u", limit=500)
+                  if c.action == "rehome" and c.detail["reason"].startswith("titled as")]
+        assert joined
+        repeats = [(n.title, c.title) for n in mem.tree(user_id="u").walk() if n.kind == "theme"
+                   for c in n.children if title_key(c.title) == title_key(n.title)]
+        assert not repeats
+        check_tree(mem, "u")
+
+
 def test_a_one_off_question_linking_weakly_to_several_branches_stays_alone(  # type: ignore[no-untyped-def]
         tmp_path, minilm, monkeypatch) -> None:
     # Ines (benchmarks/data/subjects_check4.json) asks once how much salt goes in pasta water;

@@ -163,7 +163,7 @@ _ING_NOUNS = _words(
     tasting sightseeing snorkelling snorkeling diving rowing kayaking canoeing sledging
     sledding weightlifting lifting bodybuilding crafting scrapbooking quilting gaming
     streaming blogging vlogging podcasting birdwatching stargazing decorating proofreading
-    editing publishing spending wellbeing bedding""")
+    editing publishing spending wellbeing bedding hearing""")
 _ED_NOUNS = _words("bed red shed seed speed feed weed breed sled need hundred sacred")
 
 _ADVERBS = _words(

@@ -1213,7 +1213,9 @@ class TreeSession:
                 node.meta.titled = (node.size, len(self.children(node)) if node.kind == "theme" else 0)
                 if node.title != before and node.parent_id:
                     stale.add(node.parent_id)
-                if node.kind == "theme" and node.title != before:
+                # Also when the title stayed but the children changed: a branch joined under
+                # a namesake (consolidation's namesakes step) arrives titled as its new parent.
+                if node.kind == "theme":
                     retitled.extend(self._unrepeat(node, df, n_docs))
             if node.id in self._to_summarise and node.parent_id:
                 stale.add(node.parent_id)
