@@ -1322,15 +1322,17 @@ class TreeSession:
         return None if centroid is None else functools.partial(self.phrases.closeness, centroid=centroid)
 
     def _unrepeat(self, theme: TopicRecord, df: Mapping[str, int], n_docs: int) -> list[TopicRecord]:
-        """Children (topics and sub-themes, offline titles) whose title is the theme's new one,
+        """Children (topics and sub-themes, offline titles) whose title is the theme's,
         retitled with their next phrase: a node titled as its theme says nothing of what sets
         it apart.
         (A child titled after its theme avoids the theme's title in ``_title``; this handles
-        the theme being titled after its children, as flush does, deepest first.)"""
+        the theme being titled after its children, as flush does, deepest first, and a child
+        arriving under a theme that already wears its title. Flush calls it for every theme
+        it retitles, so the common case, no child titled so, compares keys and nothing more.)"""
         out = []
+        key = labels.title_key(theme.title)
         for kid in self.children(theme):
-            if llm_labelled(kid) or not kid.meta.phrases \
-                    or labels.title_key(kid.title) != labels.title_key(theme.title):
+            if labels.title_key(kid.title) != key or llm_labelled(kid) or not kid.meta.phrases:
                 continue
             words = labels.phrase_words(kid.meta.phrases)
             known = {**df, **self.store.get_term_df(self.user_id, [w for w in words if w not in df])}
