@@ -3,17 +3,36 @@ check of a user's tree and indexes (what must hold after every consolidation and
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from arbormem import Memory
+from arbormem.models import Exchange
 from arbormem.organize.aliases import alias_id, alias_owner, is_alias
 from arbormem.text import terms
 from tests.conftest import chat
 from tests.support.subjects import SUBJECTS, T0
+
+#: Our subject histories and segmentation sets (benchmarks/data/README.md).
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+
+
+def history(file: str, name: str) -> list[dict]:
+    """The exchanges of the history in ``benchmarks/data/<file>`` whose name starts with ``name``."""
+    return next(h for h in json.loads((DATA / file).read_text()) if h["name"].startswith(name))["exchanges"]
+
+
+def add_history(mem: Memory, rows: list[dict], user_id: str = "u") -> list[Exchange]:
+    """Add a history's exchanges (user, assistant, session, time) in one call, as ``arbormem
+    eval subjects`` does; the stored exchanges in order."""
+    return mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
+                                       {"role": "assistant", "content": x["assistant"]}],
+                          "session_id": x["session"], "at": x["at"]} for x in rows], user_id=user_id)
 
 
 @pytest.fixture(autouse=True)

@@ -6,14 +6,13 @@ still opens a topic. Real MiniLM, a real SQLite file, subject histories of ours
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from arbormem import Memory
 
-DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+from .conftest import add_history, history
 
 
 @pytest.fixture(autouse=True)
@@ -24,11 +23,9 @@ def _default_placement(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _placed(tmp_path: Path, minilm, file: str, name: str) -> tuple[list[dict], list[str]]:  # type: ignore[no-untyped-def]
-    rows = next(h for h in json.loads((DATA / file).read_text()) if h["name"].startswith(name))["exchanges"]
+    rows = history(file, name)
     with Memory(tmp_path / "m.db", embedder=minilm) as mem:
-        added = mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
-                                            {"role": "assistant", "content": x["assistant"]}],
-                               "session_id": x["session"], "at": x["at"]} for x in rows], user_id="u")
+        added = add_history(mem, rows)
         topic_of = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
         return rows, [topic_of[e.id] or "" for e in added]
 

@@ -7,9 +7,7 @@ while placement homed them)."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -17,10 +15,9 @@ from arbormem import Memory
 from arbormem.config import Settings, TreeSettings
 from arbormem.eval import segmetrics as sm
 
-from .conftest import check_tree
+from .conftest import add_history, check_tree, history
 from .test_short_returns import _branches
 
-HISTORIES = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "subjects_check5.json"
 ANOTHER = "relates to another branch better than to its own"
 
 
@@ -32,13 +29,11 @@ def _default_placement(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _fergus() -> list[dict]:
-    return next(h for h in json.loads(HISTORIES.read_text()) if h["name"].startswith("Fergus"))["exchanges"]
+    return history("subjects_check5.json", "Fergus")
 
 
 def _add(mem: Memory, rows: list[dict]) -> dict[str, str]:
-    added = mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
-                                        {"role": "assistant", "content": x["assistant"]}],
-                           "session_id": x["session"], "at": x["at"]} for x in rows], user_id="u")
+    added = add_history(mem, rows)
     return {e.id: x["subject"] for e, x in zip(added, rows, strict=True)}
 
 

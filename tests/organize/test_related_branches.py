@@ -13,7 +13,7 @@ from arbormem.config import Settings, TreeSettings
 from arbormem.eval import segmetrics as sm
 from arbormem.organize.heuristics import shared_words
 
-from .conftest import check_tree
+from .conftest import add_history, check_tree
 from .test_short_returns import _branches, _history
 
 
@@ -27,9 +27,7 @@ def _subjects_by_branch(mem: Memory, subject: dict[str, str]) -> dict[str, Count
 def test_related_branches_of_one_subject_join_and_the_move_undoes(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
     rows = _history("Tom")
     with Memory(tmp_path / "m.db", embedder=minilm) as mem:
-        added = mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
-                                            {"role": "assistant", "content": x["assistant"]}],
-                               "session_id": x["session"], "at": x["at"]} for x in rows], user_id="u")
+        added = add_history(mem, rows)
         subject = {e.id: x["subject"] for e, x in zip(added, rows, strict=True)}
         before = _branches(mem)
         comp = _subjects_by_branch(mem, subject)
@@ -71,9 +69,7 @@ def test_the_step_can_be_turned_off(tmp_path, minilm) -> None:  # type: ignore[n
     rows = _history("Maya")
     settings = Settings(tree=TreeSettings(related_words=0.0))
     with Memory(tmp_path / "m.db", embedder=minilm, settings=settings) as mem:
-        mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
-                                    {"role": "assistant", "content": x["assistant"]}],
-                       "session_id": x["session"], "at": x["at"]} for x in rows], user_id="u")
+        add_history(mem, rows)
         mem.consolidate("u")
         assert not [c for c in mem.store.list_changes("u", limit=500)
                     if c.action == "rehome" and c.detail["reason"].startswith("related")]

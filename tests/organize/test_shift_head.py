@@ -19,7 +19,7 @@ from arbormem.eval.topics import eval_segmentation, exchange_pairs
 from arbormem.models import exchange_text
 from arbormem.organize.shift import FEATURES, features, load_head
 
-from .conftest import check_tree
+from .conftest import add_history, check_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "benchmarks" / "data" / "taskseg_dev.json"
@@ -111,8 +111,7 @@ def test_a_spike_above_the_sessions_usual_opens_a_topic(tmp_path, minilm) -> Non
 
 def _history(mem: Memory, h: dict) -> dict[str, str]:
     """Add a subject history one session after another; user text -> its topic id."""
-    added = mem.add_many([{"messages": [{"role": "user", "content": x["user"]}, {"role": "assistant", "content": x["assistant"]}],
-                           "session_id": x["session"], "at": x["at"]} for x in h["exchanges"]], user_id="u")
+    added = add_history(mem, h["exchanges"])
     topic = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
     return {x["user"]: topic[e.id] for x, e in zip(h["exchanges"], added, strict=True)}
 

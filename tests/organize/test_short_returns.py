@@ -5,7 +5,6 @@ real PostgreSQL, one of our subject histories (benchmarks/data/subjects_dev.json
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -14,13 +13,11 @@ import pytest
 from arbormem import Memory
 from arbormem.eval import segmetrics as sm
 
-from .conftest import check_tree
-
-HISTORIES = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "subjects_dev.json"
+from .conftest import add_history, check_tree, history
 
 
 def _history(name: str) -> list[dict]:
-    return next(h for h in json.loads(HISTORIES.read_text()) if h["name"].startswith(name))["exchanges"]
+    return history("subjects_dev.json", name)
 
 
 def _branches(mem: Memory) -> dict[str, str]:
@@ -40,9 +37,7 @@ def test_short_returns_join_their_subject_and_an_undone_move_stays_undone(  # ty
     else:
         opened = Memory(tmp_path / "m.db", embedder=minilm)
     with opened as mem:
-        added = mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
-                                            {"role": "assistant", "content": x["assistant"]}],
-                               "session_id": x["session"], "at": x["at"]} for x in rows], user_id="u")
+        added = add_history(mem, rows)
         subject = {e.id: x["subject"] for e, x in zip(added, rows, strict=True)}
         before = _branches(mem)
         members: dict[str, list[str]] = {}
@@ -138,9 +133,7 @@ def test_namesakes_left_apart_are_told_apart_and_judged_again(tmp_path, minilm) 
 
     rows = _history("Tom")
     with Memory(tmp_path / "m.db", embedder=minilm) as mem:
-        mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
-                                    {"role": "assistant", "content": x["assistant"]}],
-                       "session_id": x["session"], "at": x["at"]} for x in rows], user_id="u")
+        add_history(mem, rows)
         tops = [b for b in mem.tree(user_id="u").children if b.size >= 2]
         big = max(tops, key=lambda b: b.size)
         vecs = mem.store.get_vectors("u", "topic", [b.id for b in tops])
@@ -177,12 +170,9 @@ def test_a_namesake_joined_under_its_twin_takes_another_title(  # type: ignore[n
     from arbormem.organize.labels import title_key
 
     monkeypatch.delenv("ARBORMEM_TREE__THREAD_THRESHOLD", raising=False)
-    path = HISTORIES.parent / "subjects_check9.json"
-    rows = next(h for h in json.loads(path.read_text()) if h["name"].startswith("Zofia"))["exchanges"]
+    rows = history("subjects_check9.json", "Zofia")
     with Memory(tmp_path / "m.db", embedder=minilm) as mem:
-        mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
-                                    {"role": "assistant", "content": x["assistant"]}],
-                       "session_id": x["session"], "at": x["at"]} for x in rows], user_id="u")
+        add_history(mem, rows)
         mem.consolidate("u")
         joined = [c for c in mem.store.list_changes("u", limit=500)
                   if c.action == "rehome" and c.detail["reason"].startswith("titled as")]
@@ -201,15 +191,12 @@ def test_a_one_off_question_linking_weakly_to_several_branches_stays_alone(  # t
     monkeypatch.delenv("ARBORMEM_TREE__THREAD_THRESHOLD", raising=False)
     from arbormem.config import Settings, TreeSettings
 
-    path = HISTORIES.parent / "subjects_check4.json"
-    rows = next(h for h in json.loads(path.read_text()) if h["name"].startswith("Ines"))["exchanges"]
+    rows = history("subjects_check4.json", "Ines")
     alone = {}
     for gap in (0.0, TreeSettings().small_topic_gap):
         with Memory(tmp_path / f"m{gap}.db", embedder=minilm,
                     settings=Settings(tree=TreeSettings(small_topic_gap=gap))) as mem:
-            added = mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
-                                                {"role": "assistant", "content": x["assistant"]}],
-                                   "session_id": x["session"], "at": x["at"]} for x in rows], user_id="u")
+            added = add_history(mem, rows)
             subject = {e.id: x["subject"] for e, x in zip(added, rows, strict=True)}
             pasta = next(i for i, s in subject.items() if s == "misc:pasta-water")
             assert len([i for i, b in _branches(mem).items() if b == _branches(mem)[pasta]]) == 1
