@@ -91,6 +91,11 @@ class TreeSettings(BaseModel):
     # labels; docs/tree.md, "Unlinked switches"). A floor of 0 turns it off.
     unlinked_floor: float = Field(default=0.10, ge=0.0)
     unlinked_p: float = Field(default=0.25, ge=0.0, le=1.0)
+    # ... but neither of these two link rules judges a conversation in short lines: when the
+    # replies of the exchange and the two before it (same session) average fewer than
+    # ``terse_replies`` words (people chatting, a terse booking system), the head alone decides.
+    # A low link is routine there (docs/tree.md, "Terse conversations"). 0: the rules always judge.
+    terse_replies: int = Field(default=12, ge=0)
     # A new run rejoins an earlier topic (same thread) at this average link ...
     thread_threshold: float = 0.50
     # ... and joins the theme it relates to (or forms one with a lone related topic) at this.

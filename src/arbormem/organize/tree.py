@@ -289,7 +289,13 @@ class TreeSession:
                     # test" continue a talk about a neighbour's hedge (docs/tree.md, "Spikes
                     # and full messages").
                     link = self._link(vec, 1, cur)
-                    if self.s.link_words and _user_words(ex) >= self.s.link_words \
+                    # Both link rules were made for a user talking with an assistant whose
+                    # replies carry the subject; where the replies are a line each (chit-chat
+                    # between people, LoCoMo, a terse system) the topic's vectors are thin and
+                    # a low link is routine: on TIAGE the two rules opened 42 topics, 6 at a
+                    # boundary (docs/tree.md, "Terse conversations").
+                    judged = not _terse(self.s.terse_replies, ex, p1, p2)
+                    if judged and self.s.link_words and _user_words(ex) >= self.s.link_words \
                             and link < self.s.link_floor and not self._nearest_in_branch(cur, vec):
                         return True
                     # A message of any length that shares nothing with the topic (link under
@@ -298,7 +304,7 @@ class TreeSession:
                     # ("Do we have to tell the neighbours?" after hot-sauce labels, p 0.38),
                     # and a word of the last reply marks a follow-up ("Sorry, what does
                     # flashing mean?"; docs/tree.md, "Unlinked switches").
-                    if link < self.s.unlinked_floor and p >= self.s.unlinked_p \
+                    if judged and link < self.s.unlinked_floor and p >= self.s.unlinked_p \
                             and not _picks_up(ex.user_text, p1):
                         return True
                     # A spike above the session's usual judgements: the head ranks openings
@@ -1455,6 +1461,14 @@ _SHIFT_CUE = re.compile(
 
 def _stems(text: str) -> set[str]:
     return {stem(t) for t in terms(text) if not number_only(t)}
+
+
+def _terse(words: int, ex: Exchange, *earlier: Exchange | None) -> bool:
+    """Do the replies of ``ex`` and the ``earlier`` exchanges of its session average fewer
+    than ``words`` words (0: never)? A memory of user messages alone (no replies) is not terse:
+    it says nothing of the conversation's style."""
+    counts = [len(_WORDS.findall(e.assistant_text[:400])) for e in (ex, *earlier) if e is not None]
+    return words > 0 and 0 < sum(counts) < words * len(counts)
 
 
 def _picks_up(user_text: str, prev: Exchange) -> bool:
