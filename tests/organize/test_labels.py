@@ -140,6 +140,15 @@ def test_windows_do_not_cut_a_hyphenated_word() -> None:
     assert "bike" in phrase_counts("my new e-bike")
 
 
+def test_a_time_or_a_quality_owns_no_phrase() -> None:
+    # "next year's Birken", "my 11-year-old's lunchbox note" (the digits cut, "old's" starts
+    # the run): no "year's birken" or "old's lunchbox note"; a person's possessive still starts one.
+    counts = phrase_counts("Roller skiing to build toward next year's Birken. A joke for my 11-year-old's lunchbox note?")
+    assert {"birken", "lunchbox note"} <= set(counts)
+    assert not [k for k in counts if k.startswith(("year", "old"))]
+    assert "maya's birthday party" in phrase_counts("Maya's birthday party")
+
+
 def test_stop_words_verbs_and_filler_are_not_phrases() -> None:
     counts = phrase_counts("lol yeah I'm thinking we should really go, haha. Thanks so much!")
     assert counts == {}

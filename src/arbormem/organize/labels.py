@@ -239,7 +239,7 @@ _NEVER = _words("time times working")
 _QUESTION = _words("what when where which who whom whose why how what's how's")
 _STOP = (STOPWORDS | _VERB_FORMS | _ADVERBS | _PRONOUNS | _FILLER | _NUMBER_WORDS | _QUESTION
          | _UNITS | _NEVER
-         | _words("mr mrs ms dr st vs etc ie eg via let's shall may might must ought next last "
+         | _words("mr mrs ms dr st vs versus etc ie eg via let's shall may might must ought next last "
                   "this")) - _NOT_VERBS - _ING_NOUNS
 
 # Generic nouns and calendar words: fine inside a phrase ("weekend trip", "Sunday brunch"),
@@ -347,13 +347,17 @@ def _classify(low: str) -> int:
         # Two-letter acronyms ("AI", "TV") are let in by their surface form; very long ASCII
         # tokens are identifiers, hashes or glued words, not names of subjects.
         return STOP
+    # A time or a quality owns no subject: "next year's Birken", "my 11-year-old's lunchbox
+    # note" (its digits cut, "old's" starts the run) must not title "Year's Birken", "Old's
+    # lunchbox note".
+    owner = base != low
     if base in _WEAK:
-        return WEAK
+        return STOP if owner else WEAK
     suffixed = len(base) >= 6 and base not in _SUFFIX_NOUNS
     if suffixed and base.endswith(_ADJ_SUFFIXES) or _graded(base):
         return STOP
     if base in _MODIFIERS or suffixed and base.endswith(_MOD_SUFFIXES):
-        return MOD
+        return STOP if owner else MOD
     if base.endswith("ed") and len(base) >= 5 and base not in _ED_NOUNS \
             and not base.endswith("eed"):
         return ED
