@@ -75,7 +75,7 @@ class TreeSettings(BaseModel):
     # that the exchange opens one passes ``shift_threshold`` (docs/tree.md, "The shift head").
     # False keeps the link rule above for every embedder. (Not with ``lookahead``.)
     shift_head: bool = True
-    shift_threshold: float = Field(default=0.55, ge=0.0, le=1.0)
+    shift_threshold: float = Field(default=0.60, ge=0.0, le=1.0)
     # ... or above ``shift_spike_at`` and ``shift_spike`` times the median of the session's
     # judgements so far (a spike: the head's calibration differs from one style of
     # conversation to another; docs/tree.md). 0 turns the spike test off.

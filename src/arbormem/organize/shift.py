@@ -19,7 +19,9 @@ without waiting for the next one:
 
 It was trained by ``scripts/train_shift_head.py`` on development data only, one share per
 corpus so that no style dominates: TIAGE's training dialogues (chit-chat), the even-numbered
-task dialogues of ``benchmarks/data/taskseg_dev.json`` and the first two subject histories of
+task dialogues of ``benchmarks/data/taskseg_dev.json`` with the three earlier blind task sets
+(``taskseg_check*.json``: more task styles, docs/tree.md "More task styles") and the first two
+subject histories of
 ``benchmarks/data/subjects_dev.json`` (a boundary wherever the subject changes within a
 session). The held-out halves and TIAGE's dev split measure it (docs/tree.md, "The shift
 head"). The weights hold for the bundled all-MiniLM-L6-v2 only (they read its vectors), so an
