@@ -22,6 +22,13 @@ from .conftest import check_tree
 from .test_short_returns import _history
 
 
+def _counts_only() -> Settings:
+    """The settings a default Memory reads (this package's conftest sets the thread threshold
+    through the environment, which an explicit TreeSettings would not read), titles by counts."""
+    base = Settings()
+    return base.model_copy(update={"tree": base.tree.model_copy(update={"title_vectors": False})})
+
+
 def _items(rows: list[dict]) -> list[dict]:
     return [{"messages": [{"role": "user", "content": x["user"]},
                           {"role": "assistant", "content": x["assistant"]}],
@@ -67,8 +74,7 @@ class _Counting(Embedder):
 def test_each_retitled_theme_is_nearer_its_centroid(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
     rows = _history("Graham")
     near = Memory(tmp_path / "near.db", embedder=minilm)
-    off = Memory(tmp_path / "off.db", embedder=minilm,
-                 settings=Settings(tree=TreeSettings(title_vectors=False)))
+    off = Memory(tmp_path / "off.db", embedder=minilm, settings=_counts_only())
     with near, off:
         assert near.writer.phrases is not None and off.writer.phrases is None
         for mem in (near, off):
@@ -152,8 +158,7 @@ def test_a_closed_one_off_at_the_top_is_titled_by_closeness(tmp_path, minilm) ->
     "Crossword clue". Topics that grew past one exchange keep the counts' title."""
     rows = _history("Graham")
     near = Memory(tmp_path / "near.db", embedder=minilm)
-    off = Memory(tmp_path / "off.db", embedder=minilm,
-                 settings=Settings(tree=TreeSettings(title_vectors=False)))
+    off = Memory(tmp_path / "off.db", embedder=minilm, settings=_counts_only())
     with near, off:
         tops = []
         for mem in (near, off):
