@@ -289,24 +289,26 @@ class TreeSession:
                     # test" continue a talk about a neighbour's hedge (docs/tree.md, "Spikes
                     # and full messages").
                     link = self._link(vec, 1, cur)
-                    # Both link rules were made for a user talking with an assistant whose
-                    # replies carry the subject; where the replies are a line each (chit-chat
-                    # between people, LoCoMo, a terse system) the topic's vectors are thin and
-                    # a low link is routine: on TIAGE the two rules opened 42 topics, 6 at a
-                    # boundary (docs/tree.md, "Terse conversations").
-                    judged = not _terse(self.s.terse_replies, ex, p1, p2)
-                    if judged and self.s.link_words and _user_words(ex) >= self.s.link_words \
-                            and link < self.s.link_floor and not self._nearest_in_branch(cur, vec):
-                        return True
+                    full = bool(self.s.link_words) and _user_words(ex) >= self.s.link_words \
+                        and link < self.s.link_floor
                     # A message of any length that shares nothing with the topic (link under
                     # 0.10, no word picked up from the last reply) leaves it when the head gives it
                     # a fair chance: on subject histories most missed switches were short
                     # ("Do we have to tell the neighbours?" after hot-sauce labels, p 0.38),
                     # and a word of the last reply marks a follow-up ("Sorry, what does
                     # flashing mean?"; docs/tree.md, "Unlinked switches").
-                    if judged and link < self.s.unlinked_floor and p >= self.s.unlinked_p \
-                            and not _picks_up(ex.user_text, p1):
-                        return True
+                    unlinked = link < self.s.unlinked_floor and p >= self.s.unlinked_p
+                    # Both link rules were made for a user talking with an assistant whose
+                    # replies carry the subject; where the replies are a line each (chit-chat
+                    # between people, LoCoMo, a terse system) the topic's vectors are thin and
+                    # a low link is routine: on TIAGE the two rules opened 42 topics, 6 at a
+                    # boundary (docs/tree.md, "Terse conversations"). Judged only when a rule
+                    # would fire: most exchanges link above both floors.
+                    if (full or unlinked) and not _terse(self.s.terse_replies, ex, p1, p2):
+                        if full and not self._nearest_in_branch(cur, vec):
+                            return True
+                        if unlinked and not _picks_up(ex.user_text, p1):
+                            return True
                     # A spike above the session's usual judgements: the head ranks openings
                     # above continuations in any style it was tested on, but its calibration
                     # varies with the style (on blind in-car and booking dialogues it gave 0.5
@@ -1440,9 +1442,14 @@ _WORDS = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
 
 
 def _user_words(ex: Exchange) -> int:
-    """Words in the user's message (its first 400 characters: past that it is long anyway),
-    as placement's length rules count them (a short reply; a full message)."""
-    return len(_WORDS.findall(ex.user_text[:400]))
+    """Words in the user's message, as placement's length rules count them (a short reply; a
+    full message)."""
+    return _words_in(ex.user_text)
+
+
+def _words_in(text: str) -> int:
+    """Words in ``text``'s first 400 characters (past that it is long anyway), numbers aside."""
+    return len(_WORDS.findall(text[:400]))
 
 
 # A message that announces its own change of subject, in its first words: "Different topic:
@@ -1467,7 +1474,7 @@ def _terse(words: int, ex: Exchange, *earlier: Exchange | None) -> bool:
     """Do the replies of ``ex`` and the ``earlier`` exchanges of its session average fewer
     than ``words`` words (0: never)? A memory of user messages alone (no replies) is not terse:
     it says nothing of the conversation's style."""
-    counts = [len(_WORDS.findall(e.assistant_text[:400])) for e in (ex, *earlier) if e is not None]
+    counts = [_words_in(e.assistant_text) for e in (ex, *earlier) if e is not None]
     return words > 0 and 0 < sum(counts) < words * len(counts)
 
 
