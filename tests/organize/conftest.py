@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from arbormem import Memory
+from arbormem.config import Settings
 from arbormem.models import Exchange
 from arbormem.organize.aliases import alias_id, alias_owner, is_alias
 from arbormem.text import terms
@@ -33,6 +34,14 @@ def add_history(mem: Memory, rows: list[dict], user_id: str = "u") -> list[Excha
     return mem.add_many([{"messages": [{"role": "user", "content": x["user"]},
                                        {"role": "assistant", "content": x["assistant"]}],
                           "session_id": x["session"], "at": x["at"]} for x in rows], user_id=user_id)
+
+
+def default_settings(**tree: object) -> Settings:
+    """The settings a default ``Memory`` reads (the environment included: this package's
+    fixture below sets the thread threshold there, which an explicit ``TreeSettings`` would not
+    read), with ``tree`` overriding some tree settings."""
+    base = Settings()
+    return base.model_copy(update={"tree": base.tree.model_copy(update=tree)})
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ from arbormem.eval.topics import eval_segmentation, exchange_pairs
 from arbormem.models import exchange_text
 from arbormem.organize.shift import FEATURES, features, load_head
 
-from .conftest import add_history, check_tree
+from .conftest import add_history, check_tree, default_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "benchmarks" / "data" / "taskseg_dev.json"
@@ -107,9 +107,7 @@ def test_a_spike_above_the_sessions_usual_opens_a_topic(tmp_path, minilm) -> Non
         # The open topic carries the session's judgements (one per exchange after the first).
         assert len(mem.store.get_topic(added[-1].topic_id).meta.shift_p) == len(added) - 1
         check_tree(mem, "u")
-    base = Settings()  # as the default Memory reads it (this package's conftest sets the environment)
-    off = base.model_copy(update={"tree": base.tree.model_copy(update={"shift_spike": 0.0})})
-    with Memory(tmp_path / "abs.db", embedder=minilm, settings=off) as mem:
+    with Memory(tmp_path / "abs.db", embedder=minilm, settings=default_settings(shift_spike=0.0)) as mem:
         added = mem.add_many(_items(d), user_id="u")
         assert len({e.topic_id for e in mem.exchanges(user_id="u")}) < 4
 

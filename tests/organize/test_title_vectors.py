@@ -11,22 +11,15 @@ import numpy as np
 import pytest
 
 from arbormem import Memory
-from arbormem.config import Settings, TreeSettings
+from arbormem.config import TreeSettings
 from arbormem.embed.base import Embedder
 from arbormem.embed.testing import HashEmbedder
 from arbormem.errors import EmbeddingError
 from arbormem.organize import labels
 from arbormem.organize.title_vectors import PhraseVectors, phrase_vectors
 
-from .conftest import check_tree
+from .conftest import check_tree, default_settings
 from .test_short_returns import _history
-
-
-def _counts_only() -> Settings:
-    """The settings a default Memory reads (this package's conftest sets the thread threshold
-    through the environment, which an explicit TreeSettings would not read), titles by counts."""
-    base = Settings()
-    return base.model_copy(update={"tree": base.tree.model_copy(update={"title_vectors": False})})
 
 
 def _items(rows: list[dict]) -> list[dict]:
@@ -74,7 +67,7 @@ class _Counting(Embedder):
 def test_each_retitled_theme_is_nearer_its_centroid(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
     rows = _history("Graham")
     near = Memory(tmp_path / "near.db", embedder=minilm)
-    off = Memory(tmp_path / "off.db", embedder=minilm, settings=_counts_only())
+    off = Memory(tmp_path / "off.db", embedder=minilm, settings=default_settings(title_vectors=False))
     with near, off:
         assert near.writer.phrases is not None and off.writer.phrases is None
         for mem in (near, off):
@@ -158,7 +151,7 @@ def test_a_closed_one_off_at_the_top_is_titled_by_closeness(tmp_path, minilm) ->
     "Crossword clue". Topics that grew past one exchange keep the counts' title."""
     rows = _history("Graham")
     near = Memory(tmp_path / "near.db", embedder=minilm)
-    off = Memory(tmp_path / "off.db", embedder=minilm, settings=_counts_only())
+    off = Memory(tmp_path / "off.db", embedder=minilm, settings=default_settings(title_vectors=False))
     with near, off:
         tops = []
         for mem in (near, off):
