@@ -96,6 +96,12 @@ class TreeSettings(BaseModel):
     # ``terse_replies`` words (people chatting, a terse booking system), the head alone decides.
     # A low link is routine there (docs/tree.md, "Terse conversations"). 0: the rules always judge.
     terse_replies: int = Field(default=12, ge=0)
+    # With the head, an exchange it gives at least ``return_p`` also leaves the open topic when
+    # the topic it links to best is another subject's from an earlier session (another
+    # top-level branch), at ``return_margin`` above both the theme threshold and its link to
+    # the open topic: a return mid-session (docs/tree.md, "Returns mid-session"). 0 turns it off.
+    return_margin: float = Field(default=0.15, ge=0.0)
+    return_p: float = Field(default=0.15, ge=0.0, le=1.0)
     # A new run rejoins an earlier topic (same thread) at this average link ...
     thread_threshold: float = 0.50
     # ... and joins the theme it relates to (or forms one with a lone related topic) at this.

@@ -314,10 +314,37 @@ class TreeSession:
                     # varies with the style (on blind in-car and booking dialogues it gave 0.5
                     # at shifts and ~0.1 between them; docs/tree.md, "Spikes and full
                     # messages").
-                    return p > self.s.shift_threshold or (
-                        self.s.shift_spike > 0 and p > self.s.shift_spike_at and bool(usual)
-                        and p > self.s.shift_spike * float(np.median(usual)))
+                    if p > self.s.shift_threshold or (
+                            self.s.shift_spike > 0 and p > self.s.shift_spike_at and bool(usual)
+                            and p > self.s.shift_spike * float(np.median(usual))):
+                        return True
+                    # A return to another subject mid-session ("Mochi got her rabies shot
+                    # today" during visa questions) links to the open topic like a related
+                    # follow-up but clearly better to that subject's earlier topic
+                    # (docs/tree.md, "Returns mid-session"). Judged only where the head gives
+                    # it a fair chance: most exchanges cost no vector search.
+                    return p >= self.s.return_p and self._returns_elsewhere(cur, ex, vec, link)
         return self._link(vec, 1, cur) < self._continue_at(ex)
+
+    def _returns_elsewhere(self, cur: TopicRecord, ex: Exchange, vec: np.ndarray, link: float) -> bool:
+        """Is ``ex`` a return to a subject of an earlier session? Yes when the topic it links
+        to best, the open one aside, was last placed in another session, lies in another
+        top-level branch, and its link passes both the theme threshold (``_theme_at``: judged
+        against the user's background, so in a memory where everything is alike, LoCoMo's
+        small talk, it does not fire) and the link to the open topic by ``return_margin``."""
+        if self.s.return_margin <= 0:
+            return False
+        at = max(self._theme_at(), link) + self.s.return_margin
+        cands = self._candidates(vec, cur.id)
+        if not cands:
+            return False
+        best_link, _, best = max((self._link(vec, 1, c), c.id, c) for c in cands)
+        if best_link < at:
+            return False
+        node = self.get(best.id)
+        if node is None or (node.meta.session or None) == (ex.session_id or None):
+            return False
+        return self._top_shape(best).id != self._top(cur).id
 
     def _nearest_in_branch(self, cur: TopicRecord, vec: np.ndarray) -> bool:
         """Is the topic ``vec`` links to best, the open one aside, in the open topic's own
