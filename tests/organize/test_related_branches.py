@@ -13,7 +13,7 @@ from arbormem.config import Settings, TreeSettings
 from arbormem.eval import segmetrics as sm
 from arbormem.organize.heuristics import shared_words
 
-from .conftest import add_history, check_tree
+from .conftest import add_history, check_tree, default_settings
 from .test_short_returns import _branches, _history
 
 
@@ -26,7 +26,10 @@ def _subjects_by_branch(mem: Memory, subject: dict[str, str]) -> dict[str, Count
 
 def test_related_branches_of_one_subject_join_and_the_move_undoes(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
     rows = _history("Tom")
-    with Memory(tmp_path / "m.db", embedder=minilm) as mem:
+    # Placement's return rule ("Returns mid-session") now sends the network's last question
+    # away from its session's open topic; this test is about the consolidation step, so it
+    # places as before that rule, leaving the network in two branches.
+    with Memory(tmp_path / "m.db", embedder=minilm, settings=default_settings(return_margin=0.0)) as mem:
         added = add_history(mem, rows)
         subject = {e.id: x["subject"] for e, x in zip(added, rows, strict=True)}
         before = _branches(mem)

@@ -372,37 +372,55 @@ def _short_pass(store: Store, user_id: str, settings: TreeSettings, counts: dict
     grown tree, after merging; the top level is bounded (``root_children``) and the topics
     are read as shapes, so the pass reads little. Each move is logged and undoable."""
     with store.transaction(user_id):
-        tree = TreeSession(store, user_id, settings, phrases=phrases)
-        current = tree.root.meta.current
-
-        def log(node: TopicRecord, parent: TopicRecord, link: float, at: float, why: str,
-                old: TopicRecord | None = None) -> None:
-            changes.append(store.log_change(user_id, "rehome", node.id, {
-                "from": (old or tree.root).id, "to": parent.id, "link": round(link, 4),
-                "threshold": round(at, 4), "reason": why}))
-            counts["rehomed"] += 1
-
-        def each(step: Callable[[TopicRecord], tuple[TopicRecord, float, float] | None], why: str) -> None:
-            # (Each step leaves a node this pass moved already alone: it is no longer at the top.)
-            for node in [c for c in tree.children(tree.root) if c.frozen and c.id != current and not c.meta.stays]:
-                moved = step(node)
-                if moved is not None:
-                    parent, link, at = moved
-                    log(node, parent, link, at, why)
-
-        each(tree.home_namesake, "titled as a bigger top-level branch and no less related than any two exchanges")
-        for node, parent, score, at in tree.join_related():
-            log(node, parent, score, at, "related to a bigger top-level branch by vectors and shared words")
-        for node, old, parent, link, at in tree.rehome_topics():
-            log(node, parent, link, at, "relates to another branch better than to its own" if parent.id != tree.root.id
-                else "relates to nothing in its branch", old)
-        each(tree.home_short, "a short topic alone at the top level joins the branch it relates to")
-        tree.flush()
-        # Titled again only now, at that flush: the moves above may have given two top-level
-        # branches one title, so the namesakes are told apart over the new titles.
+        # Each move changes what a branch relates to, and the flush retitles the branches a
+        # namesake is judged by: the steps run again over the new tree until they move nothing
+        # (at most ``_SHORT_ROUNDS`` times), so a second consolidation run finds nothing to do
+        # (on the subject histories one round left a move for the next run in 3 of 29).
+        for _ in range(_SHORT_ROUNDS):
+            tree = TreeSession(store, user_id, settings, phrases=phrases)
+            before = counts["rehomed"]
+            _short_steps(tree, store, user_id, counts, changes)
+            tree.flush()
+            if counts["rehomed"] == before:
+                break
+        # Titled again only at those flushes: the moves may have given two top-level branches
+        # one title, so the namesakes are told apart over the new titles.
         tree = TreeSession(store, user_id, settings, phrases=phrases)
         if tree.distinguish_namesakes():
             tree.flush()
+
+
+#: Rounds of the short pass's steps in one consolidation run (each round after the first runs
+#: only when the one before moved something).
+_SHORT_ROUNDS = 3
+
+
+def _short_steps(tree: TreeSession, store: Store, user_id: str, counts: dict[str, int], changes: list[str]) -> None:
+    """One round of the short pass's steps over ``tree`` (see ``_short_pass``)."""
+    current = tree.root.meta.current
+
+    def log(node: TopicRecord, parent: TopicRecord, link: float, at: float, why: str,
+            old: TopicRecord | None = None) -> None:
+        changes.append(store.log_change(user_id, "rehome", node.id, {
+            "from": (old or tree.root).id, "to": parent.id, "link": round(link, 4),
+            "threshold": round(at, 4), "reason": why}))
+        counts["rehomed"] += 1
+
+    def each(step: Callable[[TopicRecord], tuple[TopicRecord, float, float] | None], why: str) -> None:
+        # (Each step leaves a node this pass moved already alone: it is no longer at the top.)
+        for node in [c for c in tree.children(tree.root) if c.frozen and c.id != current and not c.meta.stays]:
+            moved = step(node)
+            if moved is not None:
+                parent, link, at = moved
+                log(node, parent, link, at, why)
+
+    each(tree.home_namesake, "titled as a bigger top-level branch and no less related than any two exchanges")
+    for node, parent, score, at in tree.join_related():
+        log(node, parent, score, at, "related to a bigger top-level branch by vectors and shared words")
+    for node, old, parent, link, at in tree.rehome_topics():
+        log(node, parent, link, at, "relates to another branch better than to its own" if parent.id != tree.root.id
+            else "relates to nothing in its branch", old)
+    each(tree.home_short, "a short topic alone at the top level joins the branch it relates to")
 
 
 # Long: plan (archive, dedup, supersede) over batches without a transaction, then apply the

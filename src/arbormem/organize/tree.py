@@ -832,6 +832,10 @@ class TreeSession:
                 if leaf is None or old is None or not leaf.frozen or leaf.meta.stays:
                     continue
                 _, target, link = verdict
+                if target < 0 and len(self.children(self.root)) >= self.s.root_children:
+                    # A full top level is grouped again at once (``bound_fanout``): the topic
+                    # would only go back under a theme, and the next round take it out again.
+                    continue
                 if target >= 0:
                     parent = self._join(leaf, branches.tops[target], at)
                     branches.tops[target] = self._top(parent)  # a lone topic joined is now a theme
