@@ -149,6 +149,17 @@ def test_a_time_or_a_quality_owns_no_phrase() -> None:
     assert "maya's birthday party" in phrase_counts("Maya's birthday party")
 
 
+def test_a_change_of_subject_announced_does_not_title_the_topic() -> None:
+    # "different topic. defne's grade 2 teacher says..." (a blind history of 2026-12-04) was
+    # titled "Different topic": the words a user announces a switch with are no subject.
+    user = "different topic. defne's grade 2 teacher says she's 'below grade level in reading' and wants to meet."
+    title = make_title(node((user, "Ask which reading skills she finds hard and how you can help at home.")), {}, 10)
+    assert "topic" not in title.lower()
+    # Alone they are no title at all (they were one: "Different topic", "New subject").
+    assert make_title(node(("Different topic.", "")), {}, 10) == UNTITLED
+    assert make_title(node(("OK, new subject.", "Sure.")), {}, 10) == UNTITLED
+
+
 def test_stop_words_verbs_and_filler_are_not_phrases() -> None:
     counts = phrase_counts("lol yeah I'm thinking we should really go, haha. Thanks so much!")
     assert counts == {}

@@ -259,6 +259,7 @@ _WEAK = _words(
     december monday tuesday wednesday thursday friday saturday sunday difference support care
     photo photos pic pics picture pictures video videos vid vids image images selfie pm am
     memory memories talk chat conversation message messages visit play lots stories story
+    topic topics subject subjects
     color colour colors colours deal life group groups self"""
 )
 # What people feel and wish each other in chit-chat: a LoCoMo theme whose children shared
