@@ -334,12 +334,11 @@ class TreeSession:
         small talk, it does not fire) and the link to the open topic by ``return_margin``."""
         if self.s.return_margin <= 0:
             return False
-        at = max(self._theme_at(), link) + self.s.return_margin
-        cands = self._candidates(vec, cur.id)
-        if not cands:
+        nearest = self._nearest_other(cur, vec)
+        if nearest is None:
             return False
-        best_link, _, best = max((self._link(vec, 1, c), c.id, c) for c in cands)
-        if best_link < at:
+        best_link, best = nearest
+        if best_link < max(self._theme_at(), link) + self.s.return_margin:
             return False
         node = self.get(best.id)
         if node is None or (node.meta.session or None) == (ex.session_id or None):
@@ -357,11 +356,17 @@ class TreeSession:
         top = self._top(cur)
         if top.id == cur.id:
             return False
-        cands = self._candidates(vec, cur.id)
-        if not cands:
-            return False
-        best = max(cands, key=lambda c: (self._link(vec, 1, c), c.id))
-        return self._top_shape(best).id == top.id
+        nearest = self._nearest_other(cur, vec)
+        return nearest is not None and self._top_shape(nearest[1]).id == top.id
+
+    def _nearest_other(self, cur: TopicRecord, vec: np.ndarray) -> tuple[float, TopicShape] | None:
+        """The topic ``vec`` links to best, the open topic ``cur`` aside, with that link (None
+        when there is no other): one vector search over the topics."""
+        scored = [(self._link(vec, 1, c), c.id, c) for c in self._candidates(vec, cur.id)]
+        if not scored:
+            return None
+        link, _, best = max(scored, key=lambda x: (x[0], x[1]))
+        return link, best
 
     def _continue_at(self, ex: Exchange) -> float:
         """The average link at which ``ex`` continues the open topic: lower for a short reply.
