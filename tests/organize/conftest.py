@@ -52,6 +52,28 @@ def _placement_leaves_fragments(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ARBORMEM_TREE__THREAD_THRESHOLD", "2.0")
 
 
+@pytest.fixture
+def real_placement(_placement_leaves_fragments: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests of placement itself (or of a step judged on the tree placement really builds):
+    same-thread returns on again, as in a default memory. Use it for a whole module with
+    ``pytestmark = pytest.mark.usefixtures("real_placement")``."""
+    monkeypatch.delenv("ARBORMEM_TREE__THREAD_THRESHOLD", raising=False)
+
+
+def placed_leaves(mem: Memory, rows: list[dict], user_id: str = "u") -> list[str]:
+    """Add a history's exchanges (``add_history``) and return each one's leaf, in order."""
+    added = add_history(mem, rows, user_id)
+    topic_of = {e.id: e.topic_id for e in mem.exchanges(user_id=user_id)}
+    return [topic_of[e.id] or "" for e in added]
+
+
+def partition(labels: list) -> list[int]:  # type: ignore[type-arg]
+    """Labels renumbered in order of first appearance (two segmentations compare as partitions:
+    topic ids are random)."""
+    seen: dict[object, int] = {}
+    return [seen.setdefault(x, len(seen)) for x in labels]
+
+
 def fragmented(n: int, seed: int = 3, per_session: int = 12) -> list[dict]:
     """A conversation that keeps coming back to the same subjects in separate sessions, so
     the same subject ends up in many separate topics (what consolidation should fix)."""

@@ -12,22 +12,16 @@ import pytest
 
 from arbormem import Memory
 
-from .conftest import add_history, history
+from .conftest import history, placed_leaves
 
-
-@pytest.fixture(autouse=True)
-def _default_placement(monkeypatch: pytest.MonkeyPatch) -> None:
-    # This package's conftest turns same-thread returns off; the rule is judged on the tree
-    # placement really builds.
-    monkeypatch.delenv("ARBORMEM_TREE__THREAD_THRESHOLD", raising=False)
+# The tree placement really builds (this package's conftest turns same-thread returns off).
+pytestmark = pytest.mark.usefixtures("real_placement")
 
 
 def _placed(tmp_path: Path, minilm, file: str, name: str) -> tuple[list[dict], list[str]]:  # type: ignore[no-untyped-def]
     rows = history(file, name)
     with Memory(tmp_path / "m.db", embedder=minilm) as mem:
-        added = add_history(mem, rows)
-        topic_of = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
-        return rows, [topic_of[e.id] or "" for e in added]
+        return rows, placed_leaves(mem, rows)
 
 
 def _at(rows: list[dict], start: str) -> int:

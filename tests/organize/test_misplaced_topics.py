@@ -21,11 +21,8 @@ from .test_short_returns import _branches
 ANOTHER = "relates to another branch better than to its own"
 
 
-@pytest.fixture(autouse=True)
-def _default_placement(monkeypatch: pytest.MonkeyPatch) -> None:
-    # This package's conftest turns same-thread returns off; this step is judged on the tree
-    # placement really builds.
-    monkeypatch.delenv("ARBORMEM_TREE__THREAD_THRESHOLD", raising=False)
+# The tree placement really builds (this package's conftest turns same-thread returns off).
+pytestmark = pytest.mark.usefixtures("real_placement")
 
 
 def _fergus() -> list[dict]:

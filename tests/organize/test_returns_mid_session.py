@@ -11,26 +11,20 @@ import pytest
 
 from arbormem import Memory
 
-from .conftest import add_history, default_settings, history
+from .conftest import default_settings, history, partition, placed_leaves
+
+# The tree placement really builds (this package's conftest turns same-thread returns off).
+pytestmark = pytest.mark.usefixtures("real_placement")
 
 
-@pytest.fixture(autouse=True)
-def _default_placement(monkeypatch: pytest.MonkeyPatch) -> None:
-    # This package's conftest turns same-thread returns off; the rule is judged on the tree
-    # placement really builds.
-    monkeypatch.delenv("ARBORMEM_TREE__THREAD_THRESHOLD", raising=False)
-
-
-def _placed(path: Path, minilm, **tree: object) -> tuple[list[dict], list[str]]:  # type: ignore[no-untyped-def]
-    rows = history("subjects_check10.json", "Haruka")
+def _placed(path: Path, minilm, rows: list[dict], **tree: object) -> list[str]:  # type: ignore[no-untyped-def]
     with Memory(path, embedder=minilm, settings=default_settings(**tree)) as mem:
-        added = add_history(mem, rows)
-        topic_of = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
-        return rows, [topic_of[e.id] or "" for e in added]
+        return placed_leaves(mem, rows)
 
 
 def test_a_return_to_an_earlier_subject_goes_home(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
-    rows, leaves = _placed(tmp_path / "returns.db", minilm)
+    rows = history("subjects_check10.json", "Haruka")
+    leaves = _placed(tmp_path / "returns.db", minilm, rows)
     # Session 6 is about the visa; "Mochi got her rabies shot today" goes back to the cat's
     # move, talked over in session 2. It links 0.21 to the visa topic, 0.67 to the cat's.
     i = next(k for k, r in enumerate(rows) if r["user"].startswith("Mochi got her rabies shot"))
@@ -39,7 +33,7 @@ def test_a_return_to_an_earlier_subject_goes_home(tmp_path, minilm) -> None:  # 
     cat = [k for k, r in enumerate(rows) if r["subject"] == "cat-relocation" and k < i]
     assert leaves[i] == leaves[cat[0]]
     # With the rule off (return_margin=0) the head keeps it in the visa topic.
-    _, off = _placed(tmp_path / "off.db", minilm, return_margin=0.0)
+    off = _placed(tmp_path / "off.db", minilm, rows, return_margin=0.0)
     assert off[i] == off[i - 1]
 
 
@@ -47,12 +41,6 @@ def test_a_single_session_is_not_judged_by_it(tmp_path, minilm) -> None:  # type
     # The rule looks only at topics of other sessions: one session's placement is the same with
     # it or without (task dialogues and chit-chat, one session each, do not change).
     rows = [dict(r, session="one") for r in history("subjects_check10.json", "Haruka")[:20]]
-    placed = []
-    for name, margin in (("on.db", 0.15), ("off.db", 0.0)):
-        with Memory(tmp_path / name, embedder=minilm, settings=default_settings(return_margin=margin)) as mem:
-            added = add_history(mem, rows)
-            topic_of = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
-            ids = [topic_of[e.id] for e in added]
-            # Topic ids are random: compare the partitions.
-            placed.append([ids.index(t) for t in ids])
-    assert placed[0] == placed[1]
+    on = _placed(tmp_path / "on.db", minilm, rows, return_margin=0.15)
+    off = _placed(tmp_path / "off.db", minilm, rows, return_margin=0.0)
+    assert partition(on) == partition(off)

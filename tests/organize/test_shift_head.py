@@ -19,7 +19,7 @@ from arbormem.eval.topics import eval_segmentation, exchange_pairs
 from arbormem.models import exchange_text
 from arbormem.organize.shift import FEATURES, features, load_head
 
-from .conftest import add_history, check_tree, default_settings
+from .conftest import add_history, check_tree, default_settings, partition
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "benchmarks" / "data" / "taskseg_dev.json"
@@ -103,19 +103,13 @@ def test_a_spike_above_the_sessions_usual_opens_a_topic(tmp_path, minilm) -> Non
     with Memory(tmp_path / "spike.db", embedder=minilm) as mem:
         added = mem.add_many(_items(d), user_id="u")
         topic = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
-        assert _partition([topic[e.id] for e in added]) == _partition(gold) == [0, 0, 1, 1, 1, 2, 3]
+        assert partition([topic[e.id] for e in added]) == partition(gold) == [0, 0, 1, 1, 1, 2, 3]
         # The open topic carries the session's judgements (one per exchange after the first).
         assert len(mem.store.get_topic(added[-1].topic_id).meta.shift_p) == len(added) - 1
         check_tree(mem, "u")
     with Memory(tmp_path / "abs.db", embedder=minilm, settings=default_settings(shift_spike=0.0)) as mem:
         added = mem.add_many(_items(d), user_id="u")
         assert len({e.topic_id for e in mem.exchanges(user_id="u")}) < 4
-
-
-def _partition(labels: list) -> list[int]:  # type: ignore[type-arg]
-    """Labels renumbered in order of first appearance (two segmentations compare as partitions)."""
-    seen: dict[object, int] = {}
-    return [seen.setdefault(x, len(seen)) for x in labels]
 
 
 def _history(mem: Memory, h: dict) -> dict[str, str]:

@@ -161,15 +161,15 @@ def test_namesakes_left_apart_are_told_apart_and_judged_again(tmp_path, minilm) 
         check_tree(mem, "u")
 
 
+@pytest.mark.usefixtures("real_placement")
 def test_a_namesake_joined_under_its_twin_takes_another_title(  # type: ignore[no-untyped-def]
-        tmp_path, minilm, monkeypatch) -> None:
+        tmp_path, minilm) -> None:
     # Zofia (benchmarks/data/subjects_check9.json): placement leaves two top-level branches
     # titled "Hearing aids" (her dad's first visits; his later adjustments); the namesakes step
     # joins the smaller under the bigger, whose title does not change. The joined branch must
     # not read "Hearing aids > Hearing aids".
     from arbormem.organize.labels import title_key
 
-    monkeypatch.delenv("ARBORMEM_TREE__THREAD_THRESHOLD", raising=False)
     rows = history("subjects_check9.json", "Zofia")
     with Memory(tmp_path / "m.db", embedder=minilm) as mem:
         add_history(mem, rows)
@@ -183,12 +183,12 @@ def test_a_namesake_joined_under_its_twin_takes_another_title(  # type: ignore[n
         check_tree(mem, "u")
 
 
+@pytest.mark.usefixtures("real_placement")
 def test_a_one_off_question_linking_weakly_to_several_branches_stays_alone(  # type: ignore[no-untyped-def]
-        tmp_path, minilm, monkeypatch) -> None:
+        tmp_path, minilm) -> None:
     # Ines (benchmarks/data/subjects_check4.json) asks once how much salt goes in pasta water;
     # it links a little to her sea kayaking and about as much to another branch. Without the
     # gap the step filed it under sea kayaking; with it the question stays alone.
-    monkeypatch.delenv("ARBORMEM_TREE__THREAD_THRESHOLD", raising=False)
     from arbormem.config import Settings, TreeSettings
 
     rows = history("subjects_check4.json", "Ines")

@@ -26,11 +26,8 @@ CHAT = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _default_placement(monkeypatch: pytest.MonkeyPatch) -> None:
-    # This package's conftest turns same-thread returns off; the rule is judged on the tree
-    # placement really builds.
-    monkeypatch.delenv("ARBORMEM_TREE__THREAD_THRESHOLD", raising=False)
+# The tree placement really builds (this package's conftest turns same-thread returns off).
+pytestmark = pytest.mark.usefixtures("real_placement")
 
 
 def _leaves(path: Path, minilm, tree: TreeSettings) -> list[str]:  # type: ignore[no-untyped-def]
