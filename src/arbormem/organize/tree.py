@@ -304,9 +304,12 @@ class TreeSession:
                     # a low link is routine: on TIAGE the two rules opened 42 topics, 6 at a
                     # boundary (docs/tree.md, "Terse conversations"). Judged only when a rule
                     # would fire: most exchanges link above both floors.
+                    in_branch = False  # the nearest other topic is known to share cur's branch
                     if (full or unlinked) and not _terse(self.s.terse_replies, ex, p1, p2):
-                        if full and not self._nearest_in_branch(cur, vec):
-                            return True
+                        if full:
+                            in_branch = self._nearest_in_branch(cur, vec)
+                            if not in_branch:
+                                return True
                         if unlinked and not _picks_up(ex.user_text, p1):
                             return True
                     # A spike above the session's usual judgements: the head ranks openings
@@ -322,8 +325,9 @@ class TreeSession:
                     # today" during visa questions) links to the open topic like a related
                     # follow-up but clearly better to that subject's earlier topic
                     # (docs/tree.md, "Returns mid-session"). Judged only where the head gives
-                    # it a fair chance: most exchanges cost no vector search.
-                    return p >= self.s.return_p and self._returns_elsewhere(cur, ex, vec, link)
+                    # it a fair chance: most exchanges cost no vector search; none runs twice
+                    # (a nearest topic in cur's own branch is no return).
+                    return p >= self.s.return_p and not in_branch and self._returns_elsewhere(cur, ex, vec, link)
         return self._link(vec, 1, cur) < self._continue_at(ex)
 
     def _returns_elsewhere(self, cur: TopicRecord, ex: Exchange, vec: np.ndarray, link: float) -> bool:
