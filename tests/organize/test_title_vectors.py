@@ -5,7 +5,9 @@ histories (benchmarks/data/subjects_dev.json: Graham's solar panels, bees, renta
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from importlib import resources
 
 import numpy as np
 import pytest
@@ -170,3 +172,43 @@ def test_a_closed_one_off_at_the_top_is_titled_by_closeness(tmp_path, minilm) ->
         assert sum(a[k].title != b[k].title for k in one_offs) >= 3
         for k in a.keys() - one_offs:
             assert a[k].title == b[k].title, (a[k].title, b[k].title)
+
+
+def test_a_theme_may_take_the_subject_word_only_one_child_says() -> None:
+    """docs/titles.md, "The subject's own word": "I bought a ukulele" opens the subject, the
+    next topics talk of chords and songs; the shared phrases alone titled the theme "Songs"."""
+    kids = [{"ukulele": 4, "song": 1, "concert size": 1, "concert": 1, "size": 1, "tuner": 2, "kala": 2},
+            {"song": 2, "chord": 3, "fingertips": 2, "calluses": 2},
+            {"song": 2, "riptide": 2, "chord": 1, "group": 2, "library": 2, "strum": 2}]
+    df = {"ukulele": 2, "song": 3, "chord": 2, "concert": 1, "size": 3, "riptide": 1}
+    cosines = {"Ukulele": 0.51, "Song": 0.42, "Chord": 0.37, "Concert size": 0.60}
+
+    def near(texts: Sequence[str]) -> list[float]:
+        return [cosines.get(t, 0.1) for t in texts]
+
+    assert labels.theme_title(kids, df, 40) == "Song"  # the offline pick: what the children share
+    # "Concert size" is nearer still, but only two-word phrases made of the theme's best words
+    # compete ("size" is not one of them): a child's side detail does not title its theme.
+    assert labels.theme_title(kids, df, 40, closeness=near) == "Ukulele"
+
+
+def test_a_theme_may_take_a_phrase_of_two_of_its_best_words() -> None:
+    kids = [{"hip": 3, "replacement": 3, "hip replacement": 3, "surgeon": 2},
+            {"hip": 2, "surgeon": 2, "physio": 2}, {"surgeon": 1, "crutches": 2, "hip": 1}]
+    df = {"hip": 3, "replacement": 2, "surgeon": 3, "physio": 1, "crutches": 1}
+    cosines = {"Hip replacement": 0.62, "Hip": 0.45, "Surgeon": 0.48}
+    assert labels.theme_title(kids, df, 40, closeness=lambda t: [cosines.get(x, 0.1) for x in t]) \
+        == "Hip replacement"
+
+
+def test_the_demo_allergy_theme_names_the_allergy(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    """The bundled demo with the real model: the theme holding Leo's allergy was titled "Leo"
+    (the only phrase its two children share), now "Peanut allergy"."""
+    demo = json.loads(resources.files("arbormem").joinpath("data/demo.json").read_text("utf-8"))
+    with Memory(tmp_path / "demo.db", embedder=minilm) as mem:
+        mem.add_many(demo["exchanges"], user_id="u")
+        check_tree(mem, "u")
+        themes = {c.title: [k.title for k in c.children] for c in mem.tree(user_id="u").children
+                  if c.kind == "theme"}
+    assert "Peanut allergy" in themes, themes
+    assert "Severe peanut allergy" in themes["Peanut allergy"]

@@ -832,20 +832,28 @@ Closeness = Callable[[Sequence[str]], Sequence[float] | None]
 
 
 def _choose(pool: _Pool, ranked: list[tuple[float, str]], extend: float,
-            closeness: Closeness | None) -> str:
+            closeness: Closeness | None, words: Sequence[tuple[float, str]] = ()) -> str:
     """The title among ``ranked``: the offline pick (``_pick``), or with ``closeness`` the one
     of the best ``_PICK_DEPTH`` whose score (to the power ``_NEAR_SCORE``, relative to the
     best) times its cosine to the node is highest; the first on a tie. (A theme may so take
     a child's title, as the offline pick may; the child then takes its next phrase:
     ``TreeSession._unrepeat``. Keeping children's titles out instead let a child that took
-    the subject's word push its theme onto a side word: "Beginners" over "Chord".)"""
+    the subject's word push its theme onto a side word: "Beginners" over "Chord".)
+    ``words``: more candidates, ranked on their own scale (a theme's single words, see
+    ``theme_title``), that compete only by closeness: each counts its score relative to its
+    own list's best."""
     top = ranked[:_PICK_DEPTH]
-    if closeness is not None and len(top) > 1 and top[0][0] > 0:
-        texts = [pool.render(key) for _, key in top]
+    if closeness is not None and (len(top) > 1 or words) and top and top[0][0] > 0:
+        relative: dict[str, float] = {key: score / top[0][0] for score, key in top}
+        more = words[:_PICK_DEPTH]
+        for score, key in more:
+            if more[0][0] > 0:
+                relative[key] = max(relative.get(key, 0.0), score / more[0][0])
+        keys = list(relative)
+        texts = [pool.render(key) for key in keys]
         near = closeness(texts)
         if near is not None and len(near) == len(texts):
-            best = top[0][0]
-            value = [(score / best) ** _NEAR_SCORE * max(0.0, c) for (score, _), c in zip(top, near, strict=True)]
+            value = [relative[k] ** _NEAR_SCORE * max(0.0, c) for k, c in zip(keys, near, strict=True)]
             return texts[value.index(max(value))]
     return pool.render(_pick(ranked, extend))
 
@@ -894,10 +902,34 @@ def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
             def frequency(key: str, count: int) -> float:
                 return share[key] ** 2 * (1.0 + math.log(count))
 
-            ranked = _Scorer(df, n_docs, pool, members or len(kids)).rank(pool, frequency, share)
+            m = members or len(kids)
+            scorer = _Scorer(df, n_docs, pool, m)
+            ranked = scorer.rank(pool, frequency, share)
+            # With closeness, the theme's own best words compete too, shared by its children
+            # or not (docs/titles.md, "The subject's own word").
+            words = _theme_words(pool, scorer, m) if closeness is not None else []
             # A longer shared phrase wins at a lower bar than in a topic: a theme's best word
             # is often its subject's head noun, and the phrase round it says which ("Book
             # club", not "Book"; "Ping tool", not "Ping"), while a shared phrase already
             # recurs in two children.
-            return _choose(pool, ranked, _THEME_EXTEND, closeness)
+            return _choose(pool, ranked, _THEME_EXTEND, closeness, words)
     return make_title(total, df, n_docs, members=members or len(kids), avoid=avoid, closeness=closeness)
+
+
+def _theme_words(pool: _Pool, scorer: _Scorer, members: int) -> list[tuple[float, str]]:
+    """More title candidates for a theme, ranked as ``make_title`` ranks a topic's phrases:
+    its best ``_PICK_DEPTH`` single words, and the two-word phrases made of two of them
+    ("Hip replacement" when both "hip" and "replacement" are among them).
+
+    A subject is often named in one child only: "I bought a ukulele" opens the subject and
+    the next topics talk of chords and songs, so the phrases the children share titled the
+    theme "Songs". Single words alone brought in one-word halves ("Hip" for a hip
+    replacement, "Book" for a book club); any two-word phrase brought in one child's side
+    detail ("Centre wobbles" for pottery), which the two-best-words condition keeps out."""
+    def frequency(_key: str, count: int) -> float:
+        return (1.0 + math.log(count)) * (1.0 + min(1.0, count / max(1, members)))
+
+    words = scorer.rank(pool, frequency, [k for k in pool.count if " " not in k])[:_PICK_DEPTH]
+    best = {k for _, k in words}
+    pairs = [k for k in pool.count if k.count(" ") == 1 and all(_pool_key(w) in best for w in k.split())]
+    return sorted(words + scorer.rank(pool, frequency, pairs), key=lambda p: (-p[0], p[1]))
