@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from arbormem.cli import main
 from arbormem.eval import segmetrics as sm
+from arbormem.eval.topics import names_subject
 
 
 def test_metrics_on_known_cases() -> None:
@@ -43,6 +44,25 @@ def test_eval_topics_and_subjects_cli(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert "top-level V" in r.output and "h, as placed:" in r.output and "titles repeating their theme" in r.output
     assert "h, after one consolidation run:" in r.output
+    # The garden branch (two exchanges) is titled from its words; "Allotment" names the
+    # subject only by the title its writer gave it, not by its label "garden".
+    assert "top-level titles naming their subject" in r.output
+    assert r.output.splitlines()[2].rstrip().endswith("| 0 / 1 |"), r.output.splitlines()[2]
+    hist[0]["subject_titles"] = {"garden": "Allotment tomatoes", "rust": "Learning Rust"}
+    h.write_text(json.dumps(hist))
+    r = CliRunner().invoke(main, ["eval", "subjects", str(h), "--embedder", "hash", "--no-shift-head", "--no-trees"])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[2].rstrip().endswith("| 1 / 1 |"), r.output
+
+
+def test_a_title_names_its_subject_by_a_shared_word() -> None:
+    assert names_subject("Hip replacement", "des-hip-replacement")
+    assert names_subject("Sea kayaking course", "sea-kayaking")
+    assert names_subject("Mum's cataract", "Mum's eye operation")
+    assert names_subject("Geography joke", "misc:geography-joke")
+    assert not names_subject("Surgeon", "des-hip-replacement")
+    assert not names_subject("Songs", "ukulele")
+    assert not names_subject("Trip", "misc:the-joke")  # function words and "misc" are not words of it
 
 
 def test_eval_topics_refuses_a_bad_file(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@
   "subject"}]}``): V-measure of top-level branches against subjects, themes that mix
   subjects, the share of consecutive exchanges within one visit to a subject that share a
   topic, number-only title words, topics titled as their theme, the V-measure and mixed
-  branches again after a consolidation run; and prints the tree as placed.
+  branches again after a consolidation run, and how many top-level titles name their
+  subject (``names_subject``); and prints the tree as placed and after consolidation.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ def eval_subjects(files: Sequence[str], mem: Memory) -> dict[str, Any]:
             after = mem.tree(user_id=uid)
             leaves_after = [topic_of[e.id] or "" for e in added]
             _, _, v_after, mixed_after = _grouping(after, subjects, leaves_after)
+            named, titled = _titles_naming(after, subjects, leaves_after, h.get("subject_titles") or {})
             same = total = 0
             for i in range(1, len(rows)):
                 a, b = rows[i - 1], rows[i]
@@ -184,6 +186,7 @@ def eval_subjects(files: Sequence[str], mem: Memory) -> dict[str, Any]:
                 "leaf_v_measure": sm.v_measure(subjects, leaves)[2],
                 "mixed_top_level": mixed, "visit_share": same / total if total else 1.0,
                 "consolidated": {"v_measure": v_after, "mixed_top_level": mixed_after,
+                                 "titles_naming_subject": named, "titles_judged": titled,
                                  "top_level": len(after.children),
                                  "tree": render_tree(after, _composition(subjects, leaves_after))},
                 "number_only_titles": sum(1 for t in titles if number_only_words(t)),
@@ -209,6 +212,56 @@ def _grouping(root: Topic, subjects: list[str], leaves: list[str]) -> tuple[floa
     mixed = [b for b in set(tops) if len({s for s, t in zip(subjects, tops, strict=True) if t == b
                                          and not s.startswith("misc")}) > 1]
     return hom, com, v, len(mixed)
+
+
+_STEM_SUFFIXES = ("ing", "es", "s")
+
+
+def _title_words(text: str) -> set[str]:
+    """Content words of a title or a subject label, crudely stemmed ("kayaking" and "kayak",
+    "Mum's" and "mum" meet); function words and "misc" out."""
+    out = set()
+    for w in re.split(r"[^\w']+", text.lower().replace("\u2019", "'")):
+        w = w.removesuffix("'s").strip("'")
+        for suf in _STEM_SUFFIXES:
+            if len(w) > 4 and w.endswith(suf):
+                w = w[: -len(suf)]
+                break
+        if w and w not in _LABEL_STOP:
+            out.add(w)
+    return out
+
+
+_LABEL_STOP = frozenset("misc vs and or the of to for a an in on at my her his their our".split())
+
+
+def names_subject(title: str, subject: str) -> bool:
+    """Whether a title names a subject: a shared content word, the first five letters
+    enough ("Sea kayaking" names "sea-kayaking", "Hip replacement" names
+    "des-hip-replacement", "Surgeon" does not). ``subject`` is the history's label of it, or
+    the title its writer gave it (``subject_titles``)."""
+    a, b = _title_words(title), _title_words(subject.replace("-", " ").replace(":", " "))
+    return any(x == y or (min(len(x), len(y)) >= 4 and x[:5] == y[:5]) for x in a for y in b)
+
+
+def _titles_naming(root: Topic, subjects: list[str], leaves: list[str],
+                   written: dict[str, str]) -> tuple[int, int]:
+    """Of the top-level branches of more than one exchange, how many are titled after the
+    subject most of their exchanges are about (its writer's title when the history gives
+    ``subject_titles``, else its label), and how many were judged."""
+    top_of = _top_level_of(root)
+    held: dict[str, Counter[str]] = {}
+    for s, t in zip(subjects, leaves, strict=True):
+        held.setdefault(top_of.get(t, t), Counter())[s] += 1
+    named = judged = 0
+    for branch in root.children:
+        counts = held.get(branch.id)
+        if counts is None or branch.size < 2:
+            continue
+        subject = counts.most_common(1)[0][0]
+        judged += 1
+        named += names_subject(branch.title, written.get(subject) or subject)
+    return named, judged
 
 
 def _top_level_of(root: Topic) -> dict[str, str]:
@@ -239,14 +292,16 @@ def render_tree(root: Topic, subjects_of: dict[str, Counter[str]] | None = None)
 def format_subjects(rep: dict[str, Any], *, trees: bool = True) -> str:
     lines = ["| history | exchanges | subjects | top-level branches | topics | themes | top-level V | "
              "homogeneity | completeness | mixed branches | visit share | number-only titles | "
-             "titles repeating their theme's | after consolidation: top-level V | mixed |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "titles repeating their theme's | after consolidation: top-level V | mixed | "
+             "top-level titles naming their subject |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for h in rep["histories"]:
         lines.append(f"| {h['name']} | {h['exchanges']} | {h['subjects']} | {h['top_level']} | {h['topics']} | "
                      f"{h['themes']} | {h['v_measure']:.3f} | {h['homogeneity']:.3f} | {h['completeness']:.3f} | "
                      f"{h['mixed_top_level']} | {h['visit_share']:.2f} | {h['number_only_titles']} | "
                      f"{h['repeated_titles']} | {h['consolidated']['v_measure']:.3f} | "
-                     f"{h['consolidated']['mixed_top_level']} |")
+                     f"{h['consolidated']['mixed_top_level']} | "
+                     f"{h['consolidated']['titles_naming_subject']} / {h['consolidated']['titles_judged']} |")
     hs = rep["histories"]
     if hs:
         lines.append(f"| mean | | | | | | {np.mean([h['v_measure'] for h in hs]):.3f} | "
@@ -254,7 +309,9 @@ def format_subjects(rep: dict[str, Any], *, trees: bool = True) -> str:
                      f"{sum(h['mixed_top_level'] for h in hs)} | {np.mean([h['visit_share'] for h in hs]):.2f} | "
                      f"{sum(h['number_only_titles'] for h in hs)} | {sum(h['repeated_titles'] for h in hs)} | "
                      f"{np.mean([h['consolidated']['v_measure'] for h in hs]):.3f} | "
-                     f"{sum(h['consolidated']['mixed_top_level'] for h in hs)} |")
+                     f"{sum(h['consolidated']['mixed_top_level'] for h in hs)} | "
+                     f"{sum(h['consolidated']['titles_naming_subject'] for h in hs)} / "
+                     f"{sum(h['consolidated']['titles_judged'] for h in hs)} |")
     if trees:
         for h in hs:
             lines += ["", f"{h['name']}, as placed:", h["tree"],
