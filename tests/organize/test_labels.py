@@ -14,6 +14,7 @@ from arbormem.organize.labels import (
     phrase_counts,
     phrase_words,
     prune_phrases,
+    repeats,
     subtract_phrases,
     theme_title,
 )
@@ -255,3 +256,14 @@ def test_titles_are_deterministic_and_short() -> None:
     assert make_title(counts, lambda w: DF.get(w, 0), N, members=9) == first
     assert 0 < len(first) <= 40 and first[0].isupper()
     assert first.lower() not in STOPWORDS
+
+
+def test_a_topic_title_is_not_a_part_of_its_theme_s() -> None:
+    assert repeats("Hearing", "Hearing aids") and repeats("hearing AIDS", "Hearing aids")
+    assert repeats("Dog", "Dog walks") and not repeats("Aids for hearing", "Hearing aids")
+    assert not repeats("", "Hearing aids")
+    counts = {"hearing": 6, "hearing aids": 3, "aids": 3, "audiologist": 2}
+    assert make_title(counts, DF, N, members=2) == "Hearing aids"
+    assert make_title(counts, DF, N, members=2, within=["Hearing aids"]) == "Audiologist"
+    # With no other phrase the node keeps the repeat, as with ``avoid``.
+    assert make_title({"hearing": 2}, DF, N, within=["Hearing aids"]) == "Hearing"

@@ -20,7 +20,7 @@ from arbormem.errors import EmbeddingError
 from arbormem.organize import labels
 from arbormem.organize.title_vectors import PhraseVectors, phrase_vectors
 
-from .conftest import check_tree, default_settings
+from .conftest import check_tree, default_settings, history
 from .test_short_returns import _history
 
 
@@ -212,3 +212,18 @@ def test_the_demo_allergy_theme_names_the_allergy(tmp_path, minilm) -> None:  # 
                   if c.kind == "theme"}
     assert "Peanut allergy" in themes, themes
     assert "Severe peanut allergy" in themes["Peanut allergy"]
+
+
+def test_no_topic_is_titled_with_a_part_of_its_theme_s_title(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    """A blind history (benchmarks/data/subjects_check11.json): once the mother's hearing-aid
+    theme was titled "Hearing aids", a child read "Hearing", which says nothing the theme
+    does not; it now takes its next phrase, as a child titled exactly as its theme does."""
+    rows = history("subjects_check11.json", "Anneke")
+    with Memory(tmp_path / "a.db", embedder=minilm) as mem:
+        mem.add_many(_items(rows), user_id="u")
+        mem.consolidate("u")
+        check_tree(mem, "u")
+        pairs = [(n.title, c.title) for n in mem.tree(user_id="u").walk() if n.kind == "theme" for c in n.children]
+    assert ("Hearing aids", "Hearing") not in pairs
+    assert "Hearing aids" in {t for t, _ in pairs}
+    assert not [p for p in pairs if labels.repeats(p[1], p[0])], pairs

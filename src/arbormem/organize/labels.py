@@ -51,6 +51,7 @@ __all__ = [
     "phrase_counts",
     "phrase_words",
     "prune_phrases",
+    "repeats",
     "subtract_phrases",
     "theme_title",
 ]
@@ -657,6 +658,13 @@ def title_key(title: str) -> str:
     return " ".join(_singular(w) for w in words)
 
 
+def repeats(title: str, of: str) -> bool:
+    """Whether ``title`` says nothing ``of`` does not: all its words are ``of``'s, as
+    ``title_key`` spells them ("Hearing" and "Hearing aids"; "Aids for hearing" is not)."""
+    words = title_key(title).split()
+    return bool(words) and set(words) <= set(title_key(of).split())
+
+
 @functools.lru_cache(maxsize=65_536)
 def _pool_key(key: str) -> str:
     head, _, last = key.rpartition(" ")
@@ -780,7 +788,8 @@ class _Scorer:
 
 
 def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int = 1,
-               avoid: Collection[str] = (), closeness: Closeness | None = None) -> str:
+               avoid: Collection[str] = (), within: Collection[str] = (),
+               closeness: Closeness | None = None) -> str:
     """The title of a node from its phrase counter (``phrase_counts`` summed over its texts).
 
     ``df`` gives the user's document frequency of a word (``text.terms`` spelling; a mapping
@@ -792,7 +801,9 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
     holds no phrase (texts of nothing but pleasantries, numbers and function words).
     ``avoid``: titles not to give (a topic: its theme's; a theme: its children's, as
     "Learning Japanese" > "Learning Japanese" tells a reader nothing), unless the node has no
-    other phrase. ``closeness``: see ``theme_title``.
+    other phrase. ``within``: titles whose words alone a title must not be made of either (a
+    topic's theme: "Hearing" under "Hearing aids" says nothing of what sets the topic apart),
+    with the same exception. ``closeness``: see ``theme_title``.
     """
     pool = _Pool(phrases)
     m = max(1, members)
@@ -803,11 +814,16 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
     ranked = _Scorer(df, n_docs).rank(pool, frequency)
     if not ranked:
         return UNTITLED
-    if avoid:
+    if avoid or within:
         # Only the first _PICK_DEPTH phrases left matter to _pick: render no more than that
         # (a topic under a theme is titled this way on every exchange while it is small).
         said = {title_key(a) for a in avoid}
-        other = list(itertools.islice((r for r in ranked if title_key(pool.render(r[1])) not in said), _PICK_DEPTH))
+
+        def fresh(key: str) -> bool:
+            title = pool.render(key)
+            return title_key(title) not in said and not any(repeats(title, w) for w in within)
+
+        other = list(itertools.islice((r for r in ranked if fresh(r[1])), _PICK_DEPTH))
         ranked = other or ranked
     return _choose(pool, ranked, _TOPIC_EXTEND, closeness)
 

@@ -1331,9 +1331,10 @@ class TreeSession:
         its children share. Nodes stored before phrase counters existed fall back to their
         keywords until ``arbormem rebuild-tree``."""
         parent = self.get(node.parent_id) if node.parent_id else None
-        avoid = [parent.title] if parent is not None and parent.kind == "theme" and parent.title else []
+        # Not its theme's title, nor a part of it ("Hearing" under "Hearing aids")...
+        within = [parent.title] if parent is not None and parent.kind == "theme" and parent.title else []
         # ... nor a bigger top-level namesake's it was not joined to (``distinguish_namesakes``)
-        avoid += node.meta.not_titled
+        avoid = within + node.meta.not_titled
         phrases = node.meta.phrases
         if node.kind == "theme":
             children = self.children(node)
@@ -1344,7 +1345,8 @@ class TreeSession:
                                            closeness=self._closeness(node))
                 # A sub-theme titled as the theme above it takes its own next phrase instead
                 # (none of its children's either).
-                if not (phrases and labels.title_key(title) in {labels.title_key(a) for a in avoid}):
+                if not (phrases and (labels.title_key(title) in {labels.title_key(a) for a in avoid}
+                                     or any(labels.repeats(title, w) for w in within))):
                     return title
                 avoid += below
         if phrases:
@@ -1352,7 +1354,8 @@ class TreeSession:
             # siblings, which the phrase nearest its own centroid mostly does not
             # (docs/titles.md, "Nearest phrase").
             near = self._closeness(node) if node.kind == "theme" or self._one_off(node) else None
-            return labels.make_title(phrases, df, n_docs, members=node.size, avoid=avoid, closeness=near)
+            return labels.make_title(phrases, df, n_docs, members=node.size, avoid=avoid, within=within,
+                                     closeness=near)
         return keyword_title(node.keywords)
 
     def _one_off(self, node: TopicRecord) -> bool:
@@ -1370,17 +1373,16 @@ class TreeSession:
         return None if centroid is None else functools.partial(self.phrases.closeness, centroid=centroid)
 
     def _unrepeat(self, theme: TopicRecord, df: Mapping[str, int], n_docs: int) -> list[TopicRecord]:
-        """Children (topics and sub-themes, offline titles) whose title is the theme's,
-        retitled with their next phrase: a node titled as its theme says nothing of what sets
-        it apart.
+        """Children (topics and sub-themes, offline titles) whose title is the theme's, or a
+        part of it, retitled with their next phrase: a node titled as its theme says nothing of
+        what sets it apart.
         (A child titled after its theme avoids the theme's title in ``_title``; this handles
         the theme being titled after its children, as flush does, deepest first, and a child
         arriving under a theme that already wears its title. Flush calls it for every theme
-        it retitles, so the common case, no child titled so, compares keys and nothing more.)"""
+        it retitles, so the common case, no child titled so, compares words and nothing more.)"""
         out = []
-        key = labels.title_key(theme.title)
         for kid in self.children(theme):
-            if labels.title_key(kid.title) != key or llm_labelled(kid) or not kid.meta.phrases:
+            if not labels.repeats(kid.title, theme.title) or llm_labelled(kid) or not kid.meta.phrases:
                 continue
             words = labels.phrase_words(kid.meta.phrases)
             known = {**df, **self.store.get_term_df(self.user_id, [w for w in words if w not in df])}
