@@ -47,12 +47,13 @@ def test_eval_topics_and_subjects_cli(tmp_path: Path) -> None:
     # The garden branch (two exchanges) is titled from its words; "Allotment" names the
     # subject only by the title its writer gave it, not by its label "garden".
     assert "top-level titles naming their subject" in r.output
-    assert r.output.splitlines()[2].rstrip().endswith("| 0 / 1 |"), r.output.splitlines()[2]
+    assert "| 0 / 1 |" in r.output.splitlines()[2], r.output.splitlines()[2]
+    assert "one-offs as one subject" in r.output
     hist[0]["subject_titles"] = {"garden": "Allotment tomatoes", "rust": "Learning Rust"}
     h.write_text(json.dumps(hist))
     r = CliRunner().invoke(main, ["eval", "subjects", str(h), "--embedder", "hash", "--no-shift-head", "--no-trees"])
     assert r.exit_code == 0, r.output
-    assert r.output.splitlines()[2].rstrip().endswith("| 1 / 1 |"), r.output
+    assert "| 1 / 1 |" in r.output.splitlines()[2], r.output
 
 
 def test_a_title_names_its_subject_by_a_shared_word() -> None:
@@ -70,3 +71,28 @@ def test_eval_topics_refuses_a_bad_file(tmp_path: Path) -> None:
     f.write_text(json.dumps([{"utterances": ["a", "b"], "segments": [3]}]))
     r = CliRunner().invoke(main, ["eval", "topics", str(f), "--embedder", "hash"])
     assert r.exit_code != 0 and "segments" in r.output
+
+
+def test_one_offs_count_as_one_subject_in_the_odds_columns(tmp_path: Path) -> None:
+    """Two one-off questions left apart at the top level: each its own subject, a perfect
+    grouping; as one subject, "odds and ends" (issue 17's example history), split in two."""
+    from arbormem import Memory
+    from arbormem.eval.topics import eval_subjects
+
+    rows = [
+        {"session": "s1", "at": "2025-01-01T10:00:00+00:00", "subject": "garden",
+         "user": "tomatoes compost allotment", "assistant": "compost the allotment"},
+        {"session": "s1", "at": "2025-01-01T10:05:00+00:00", "subject": "garden",
+         "user": "allotment tomatoes watering", "assistant": "water the allotment tomatoes"},
+        {"session": "s2", "at": "2025-01-03T10:00:00+00:00", "subject": "misc:capital",
+         "user": "capital of bhutan", "assistant": "thimphu"},
+        {"session": "s3", "at": "2025-01-05T10:00:00+00:00", "subject": "misc:joke",
+         "user": "a joke about penguins", "assistant": "penguins waddle jokes"},
+    ]
+    f = tmp_path / "h.json"
+    f.write_text(json.dumps([{"name": "h", "exchanges": rows}]))
+    with Memory(tmp_path / "m.db", embedder="hash") as mem:
+        rep = eval_subjects([str(f)], mem)
+    h = rep["histories"][0]["consolidated"]
+    assert h["v_measure"] == 1.0 and h["mixed_top_level"] == 0
+    assert h["v_measure_odds"] < 1.0 and h["mixed_top_level_odds"] == 0

@@ -12,7 +12,9 @@
   subjects, the share of consecutive exchanges within one visit to a subject that share a
   topic, number-only title words, topics titled as their theme, the V-measure and mixed
   branches again after a consolidation run, and how many top-level titles name their
-  subject (``names_subject``); and prints the tree as placed and after consolidation.
+  subject (``names_subject``), and V and mixed branches once more with every one-off question
+  ("misc:" labels) as one subject, "odds and ends"; and prints the tree as placed and after
+  consolidation.
 """
 
 from __future__ import annotations
@@ -168,6 +170,11 @@ def eval_subjects(files: Sequence[str], mem: Memory) -> dict[str, Any]:
             after = mem.tree(user_id=uid)
             leaves_after = [topic_of[e.id] or "" for e in added]
             _, _, v_after, mixed_after = _grouping(after, subjects, leaves_after)
+            # The same with every one-off question as one subject, "odds and ends" (issue 17's
+            # own example history lists it as one of its eight subjects): a one-off filed under
+            # a subject then mixes that branch, and one-offs left apart split their subject.
+            odds = [ONE_OFFS if s.startswith("misc") else s for s in subjects]
+            _, _, v_odds, mixed_odds = _grouping(after, odds, leaves_after)
             named, titled = _titles_naming(after, subjects, leaves_after, h.get("subject_titles") or {})
             same = total = 0
             for i in range(1, len(rows)):
@@ -187,6 +194,7 @@ def eval_subjects(files: Sequence[str], mem: Memory) -> dict[str, Any]:
                 "mixed_top_level": mixed, "visit_share": same / total if total else 1.0,
                 "consolidated": {"v_measure": v_after, "mixed_top_level": mixed_after,
                                  "titles_naming_subject": named, "titles_judged": titled,
+                                 "v_measure_odds": v_odds, "mixed_top_level_odds": mixed_odds,
                                  "top_level": len(after.children),
                                  "tree": render_tree(after, _composition(subjects, leaves_after))},
                 "number_only_titles": sum(1 for t in titles if number_only_words(t)),
@@ -203,9 +211,15 @@ def _composition(subjects: list[str], leaves: list[str]) -> dict[str, Counter[st
     return {t: Counter(s for s, lf in zip(subjects, leaves, strict=True) if lf == t) for t in set(leaves)}
 
 
+#: The one subject all one-off questions ("misc:..." labels) count as in the "odds and ends"
+#: columns of ``eval_subjects``.
+ONE_OFFS = "odds-and-ends"
+
+
 def _grouping(root: Topic, subjects: list[str], leaves: list[str]) -> tuple[float, float, float, int]:
     """Homogeneity, completeness and V-measure of the top-level branches against the
-    subjects, and how many branches mix subjects (the "misc" one-offs aside)."""
+    subjects, and how many branches mix subjects (the "misc:" one-offs aside; ``ONE_OFFS``
+    is a subject like any other)."""
     top_of = _top_level_of(root)
     tops = [top_of.get(t, t) for t in leaves]
     hom, com, v = sm.v_measure(subjects, tops)
@@ -293,15 +307,16 @@ def format_subjects(rep: dict[str, Any], *, trees: bool = True) -> str:
     lines = ["| history | exchanges | subjects | top-level branches | topics | themes | top-level V | "
              "homogeneity | completeness | mixed branches | visit share | number-only titles | "
              "titles repeating their theme's | after consolidation: top-level V | mixed | "
-             "top-level titles naming their subject |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "top-level titles naming their subject | one-offs as one subject: V | mixed |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for h in rep["histories"]:
         lines.append(f"| {h['name']} | {h['exchanges']} | {h['subjects']} | {h['top_level']} | {h['topics']} | "
                      f"{h['themes']} | {h['v_measure']:.3f} | {h['homogeneity']:.3f} | {h['completeness']:.3f} | "
                      f"{h['mixed_top_level']} | {h['visit_share']:.2f} | {h['number_only_titles']} | "
                      f"{h['repeated_titles']} | {h['consolidated']['v_measure']:.3f} | "
                      f"{h['consolidated']['mixed_top_level']} | "
-                     f"{h['consolidated']['titles_naming_subject']} / {h['consolidated']['titles_judged']} |")
+                     f"{h['consolidated']['titles_naming_subject']} / {h['consolidated']['titles_judged']} | "
+                     f"{h['consolidated']['v_measure_odds']:.3f} | {h['consolidated']['mixed_top_level_odds']} |")
     hs = rep["histories"]
     if hs:
         lines.append(f"| mean | | | | | | {np.mean([h['v_measure'] for h in hs]):.3f} | "
@@ -311,7 +326,9 @@ def format_subjects(rep: dict[str, Any], *, trees: bool = True) -> str:
                      f"{np.mean([h['consolidated']['v_measure'] for h in hs]):.3f} | "
                      f"{sum(h['consolidated']['mixed_top_level'] for h in hs)} | "
                      f"{sum(h['consolidated']['titles_naming_subject'] for h in hs)} / "
-                     f"{sum(h['consolidated']['titles_judged'] for h in hs)} |")
+                     f"{sum(h['consolidated']['titles_judged'] for h in hs)} | "
+                     f"{np.mean([h['consolidated']['v_measure_odds'] for h in hs]):.3f} | "
+                     f"{sum(h['consolidated']['mixed_top_level_odds'] for h in hs)} |")
     if trees:
         for h in hs:
             lines += ["", f"{h['name']}, as placed:", h["tree"],
