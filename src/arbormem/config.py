@@ -118,6 +118,10 @@ class TreeSettings(BaseModel):
     # ... and only when that branch links at least this much more than the next best: a
     # one-off question links about as weakly to several branches (docs/tree.md, "Short returns").
     small_topic_gap: float = Field(default=0.06, ge=0)
+    # ... and only a topic of at least this many exchanges: one exchange alone is as often a
+    # one-off question as a brief return, and their links cannot tell them apart (docs/tree.md,
+    # "One exchange alone stays alone"). 1 lets a single exchange join as before.
+    small_topic_min: int = Field(default=2, ge=1)
     # Consolidation's related-branches step: two top-level branches join when their average
     # link plus this weight times the words they share (organize/heuristics.shared_words)
     # reaches the theme threshold (docs/tree.md, "Related branches"). 0 turns the step off.

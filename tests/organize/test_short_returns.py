@@ -190,20 +190,46 @@ def test_a_one_off_question_linking_weakly_to_several_branches_stays_alone(  # t
         tmp_path, minilm) -> None:
     # Ines (benchmarks/data/subjects_check4.json) asks once how much salt goes in pasta water;
     # it links a little to her sea kayaking and about as much to another branch. Without the
-    # gap the step filed it under sea kayaking; with it the question stays alone.
+    # gap the step filed it under sea kayaking; with it the question stays alone. And since
+    # single exchanges no longer move at all (``small_topic_min``, docs/tree.md "One exchange
+    # alone stays alone") it stays alone without the gap too.
     from arbormem.config import Settings, TreeSettings
 
     rows = history("subjects_check4.json", "Ines")
     alone = {}
-    for gap in (0.0, TreeSettings().small_topic_gap):
-        with Memory(tmp_path / f"m{gap}.db", embedder=minilm,
-                    settings=Settings(tree=TreeSettings(small_topic_gap=gap))) as mem:
+    gap0 = TreeSettings().small_topic_gap
+    for gap, least in ((0.0, 1), (gap0, 1), (0.0, 2)):
+        with Memory(tmp_path / f"m{gap}-{least}.db", embedder=minilm,
+                    settings=Settings(tree=TreeSettings(small_topic_gap=gap, small_topic_min=least))) as mem:
             added = add_history(mem, rows)
             subject = {e.id: x["subject"] for e, x in zip(added, rows, strict=True)}
             pasta = next(i for i, s in subject.items() if s == "misc:pasta-water")
             assert len([i for i, b in _branches(mem).items() if b == _branches(mem)[pasta]]) == 1
             mem.consolidate("u")
             after = _branches(mem)
-            alone[gap] = {subject[i] for i, b in after.items() if b == after[pasta]} == {"misc:pasta-water"}
+            alone[gap, least] = {subject[i] for i, b in after.items() if b == after[pasta]} == {"misc:pasta-water"}
             check_tree(mem, "u")
-    assert alone == {0.0: False, TreeSettings().small_topic_gap: True}
+    assert alone == {(0.0, 1): False, (gap0, 1): True, (0.0, 2): True}
+
+
+@pytest.mark.usefixtures("real_placement")
+def test_a_single_exchange_alone_at_the_top_stays_alone(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    # Anneke (benchmarks/data/subjects_check11.json) asks once for "the word for the smell
+    # after rain"; it links best to her leaking gutter, clearly enough for the gap, and the
+    # short-returns step filed it there. One exchange alone is as often such a question as a
+    # brief return, so it moves no more (docs/tree.md, "One exchange alone stays alone").
+    from arbormem.config import Settings, TreeSettings
+
+    rows = history("subjects_check11.json", "Anneke")
+    filed = {}
+    for least in (1, TreeSettings().small_topic_min):
+        with Memory(tmp_path / f"m{least}.db", embedder=minilm,
+                    settings=Settings(tree=TreeSettings(small_topic_min=least))) as mem:
+            added = add_history(mem, rows)
+            subject = {e.id: x["subject"] for e, x in zip(added, rows, strict=True)}
+            word = next(i for i, s in subject.items() if s == "misc:word-petrichor")
+            mem.consolidate("u")
+            after = _branches(mem)
+            filed[least] = {subject[i] for i, b in after.items() if b == after[word]} - {"misc:word-petrichor"}
+            check_tree(mem, "u")
+    assert filed == {1: {"gutter-leak"}, 2: set()}

@@ -655,9 +655,13 @@ class TreeSession:
         to its own subject clearly more than to the others, while a one-off question ("Why do
         we get hiccups?") links about as weakly to several; on the subject histories more than
         half of the moves this step made without the gap were such questions or went to the
-        wrong subject (docs/tree.md, "Short returns")."""
+        wrong subject (docs/tree.md, "Short returns"). Even with the gap, a single exchange
+        was as often a one-off as a return (12 and 14 of its moves on the subject histories,
+        their links interleaved), so only topics of ``small_topic_min`` exchanges or more
+        move (docs/tree.md, "One exchange alone stays alone")."""
         if leaf.parent_id != self.root.id or leaf.vec_sum is None \
-                or not 0 < leaf.size <= self.s.small_topic or self.s.small_topic_slack <= 0:
+                or not max(1, self.s.small_topic_min) <= leaf.size <= self.s.small_topic \
+                or self.s.small_topic_slack <= 0:
             return None
         big = [c for c in self.children(self.root) if c.id != leaf.id and c.size > self.s.small_topic]
         if not big:
