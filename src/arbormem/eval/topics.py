@@ -229,6 +229,7 @@ def _grouping(root: Topic, subjects: list[str], leaves: list[str]) -> tuple[floa
 
 
 _STEM_SUFFIXES = ("ing", "es", "s")
+_LABEL_STOP = frozenset("misc vs and or the of to for a an in on at my her his their our".split())
 
 
 def _title_words(text: str) -> set[str]:
@@ -245,8 +246,6 @@ def _title_words(text: str) -> set[str]:
             out.add(w)
     return out
 
-
-_LABEL_STOP = frozenset("misc vs and or the of to for a an in on at my her his their our".split())
 
 
 def names_subject(title: str, subject: str) -> bool:

@@ -806,12 +806,7 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
     with the same exception. ``closeness``: see ``theme_title``.
     """
     pool = _Pool(phrases)
-    m = max(1, members)
-
-    def frequency(key: str, count: int) -> float:
-        return (1.0 + math.log(count)) * (1.0 + min(1.0, count / m))
-
-    ranked = _Scorer(df, n_docs).rank(pool, frequency)
+    ranked = _Scorer(df, n_docs).rank(pool, _node_frequency(members))
     if not ranked:
         return UNTITLED
     if avoid or within:
@@ -826,6 +821,17 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
         other = list(itertools.islice((r for r in ranked if fresh(r[1])), _PICK_DEPTH))
         ranked = other or ranked
     return _choose(pool, ranked, _TOPIC_EXTEND, closeness)
+
+
+def _node_frequency(members: int) -> Callable[[str, int], float]:
+    """How a node's phrase counts weigh (``make_title``): sub-linear, and relative to the
+    ``members`` texts the counter sums."""
+    m = max(1, members)
+
+    def frequency(_key: str, count: int) -> float:
+        return (1.0 + math.log(count)) * (1.0 + min(1.0, count / m))
+
+    return frequency
 
 
 #: A longer phrase holding the best phrase wins at this share of its score: in a topic, and
@@ -862,8 +868,8 @@ def _choose(pool: _Pool, ranked: list[tuple[float, str]], extend: float,
     if closeness is not None and (len(top) > 1 or words) and top and top[0][0] > 0:
         relative: dict[str, float] = {key: score / top[0][0] for score, key in top}
         more = words[:_PICK_DEPTH]
-        for score, key in more:
-            if more[0][0] > 0:
+        if more and more[0][0] > 0:
+            for score, key in more:
                 relative[key] = max(relative.get(key, 0.0), score / more[0][0])
         keys = list(relative)
         texts = [pool.render(key) for key in keys]
@@ -942,9 +948,7 @@ def _theme_words(pool: _Pool, scorer: _Scorer, members: int) -> list[tuple[float
     theme "Songs". Single words alone brought in one-word halves ("Hip" for a hip
     replacement, "Book" for a book club); any two-word phrase brought in one child's side
     detail ("Centre wobbles" for pottery), which the two-best-words condition keeps out."""
-    def frequency(_key: str, count: int) -> float:
-        return (1.0 + math.log(count)) * (1.0 + min(1.0, count / max(1, members)))
-
+    frequency = _node_frequency(members)
     words = scorer.rank(pool, frequency, [k for k in pool.count if " " not in k])[:_PICK_DEPTH]
     best = {k for _, k in words}
     pairs = [k for k in pool.count if k.count(" ") == 1 and all(_pool_key(w) in best for w in k.split())]
