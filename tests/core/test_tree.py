@@ -233,3 +233,29 @@ def test_identical_builds_give_identical_trees() -> None:
             mem.add_many(_conversation(200, seed=5), user_id="u")
             shapes.append(shape(mem))
     assert shapes[0] == shapes[1]
+
+
+def test_a_theme_made_and_emptied_in_one_unit_of_work_is_not_written(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A fan-out split made a theme, later moves of the same consolidation run took its
+    children away, and the flush wrote a theme without children (the crash test's ``check``
+    caught it): a theme created in a unit of work was compared with no stored children, so
+    it never looked changed to ``_dissolve_chains``. Here a theme is made and emptied in one
+    session; after the flush the tree is whole."""
+    from arbormem.check import check
+    from arbormem.organize.tree import TreeSession
+
+    with Memory(tmp_path / "m.db", embedder="hash") as mem:
+        for i, subject in enumerate(["garden tomatoes compost", "rust borrow checker", "jazz chords voicings"]):
+            mem.add(chat(f"{subject} question {i}", f"{subject} answer"), user_id="u", session_id=f"s{i}")
+        with mem.store.transaction("u"):
+            tree = TreeSession(mem.store, "u", mem.settings.tree)
+            tops = [c for c in tree.children(tree.root) if c.kind == "topic"]
+            assert len(tops) >= 2
+            theme = tree._pair_theme(tops[0])  # a theme made in this unit of work...
+            tree.put_under(tops[1], theme)
+            tree.to_top(tops[0])                # ... and emptied again
+            tree.to_top(tops[1])
+            tree.flush()
+        report = check(mem)
+        assert report.ok, [str(p) for u in report.users for p in u.problems]
+        assert all(n.kind != "theme" or n.children for n in mem.tree(user_id="u").walk())

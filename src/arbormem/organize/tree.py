@@ -1156,9 +1156,12 @@ class TreeSession:
         self.bound_fanout(parent, seq)
 
     def _kids_changed(self, node_id: str) -> bool:
-        """Whether this unit of work changed the node's list of children."""
+        """Whether this unit of work changed the node's list of children. A node it created
+        always has: compared with no stored list, a theme made by a fan-out split and emptied
+        again by later moves in the same run looked unchanged, was never dissolved, and was
+        written as a theme without children (the crash test caught one in 200 kills)."""
         kids = self._kids.get(node_id)
-        return kids is not None and tuple(kids) != self._kids_stored.get(node_id, ())
+        return kids is not None and (node_id in self._born or tuple(kids) != self._kids_stored.get(node_id, ()))
 
     def _dissolve_chains(self) -> None:
         """A theme with one child is that child (no single-child chains); an empty one goes."""
