@@ -660,7 +660,7 @@ class TreeSession:
         their links interleaved), so only topics of ``small_topic_min`` exchanges or more
         move (docs/tree.md, "One exchange alone stays alone")."""
         if leaf.parent_id != self.root.id or leaf.vec_sum is None \
-                or not max(1, self.s.small_topic_min) <= leaf.size <= self.s.small_topic \
+                or not self.s.small_topic_min <= leaf.size <= self.s.small_topic \
                 or self.s.small_topic_slack <= 0:
             return None
         big = [c for c in self.children(self.root) if c.id != leaf.id and c.size > self.s.small_topic]
