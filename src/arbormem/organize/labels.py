@@ -48,6 +48,7 @@ __all__ = [
     "is_phrase",
     "make_title",
     "merge_phrases",
+    "opening_words",
     "phrase_counts",
     "phrase_words",
     "prune_phrases",
@@ -789,7 +790,7 @@ class _Scorer:
 
 def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int = 1,
                avoid: Collection[str] = (), within: Collection[str] = (),
-               closeness: Closeness | None = None) -> str:
+               closeness: Closeness | None = None, opening: Collection[str] = ()) -> str:
     """The title of a node from its phrase counter (``phrase_counts`` summed over its texts).
 
     ``df`` gives the user's document frequency of a word (``text.terms`` spelling; a mapping
@@ -803,7 +804,7 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
     "Learning Japanese" > "Learning Japanese" tells a reader nothing), unless the node has no
     other phrase. ``within``: titles whose words alone a title must not be made of either (a
     topic's theme: "Hearing" under "Hearing aids" says nothing of what sets the topic apart),
-    with the same exception. ``closeness``: see ``theme_title``.
+    with the same exception. ``closeness`` and ``opening``: see ``theme_title``.
     """
     pool = _Pool(phrases)
     ranked = _Scorer(df, n_docs).rank(pool, _node_frequency(members))
@@ -820,7 +821,7 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
 
         other = list(itertools.islice((r for r in ranked if fresh(r[1])), _PICK_DEPTH))
         ranked = other or ranked
-    return _choose(pool, ranked, _TOPIC_EXTEND, closeness)
+    return _choose(pool, ranked, _TOPIC_EXTEND, closeness, named=opening)
 
 
 def _node_frequency(members: int) -> Callable[[str, int], float]:
@@ -853,8 +854,28 @@ _NEAR_SCORE = 0.25
 Closeness = Callable[[Sequence[str]], Sequence[float] | None]
 
 
+#: With ``closeness``, a theme's candidate whose words its opening message holds counts its
+#: closeness this many times (a share of its words: a share of the boost). 2 to 3 all named
+#: the subject about as often on the development histories; docs/titles.md, "The opening
+#: message".
+_OPENING_BOOST = 2.5
+
+
+def opening_words(text: str) -> frozenset[str]:
+    """The words of a message as ``_choose`` compares them with a candidate's (lower case,
+    possessive and plural off): the theme's opening message (``theme_title``)."""
+    return frozenset(_singular(_base(w)) for w in _tokens(text).low if w)
+
+
+def _named(key: str, named: Collection[str]) -> float:
+    """The share of a candidate's words that ``named`` holds."""
+    words = key.split()
+    return sum(_singular(_base(w)) in named for w in words) / len(words)
+
+
 def _choose(pool: _Pool, ranked: list[tuple[float, str]], extend: float,
-            closeness: Closeness | None, words: Sequence[tuple[float, str]] = ()) -> str:
+            closeness: Closeness | None, words: Sequence[tuple[float, str]] = (),
+            named: Collection[str] = ()) -> str:
     """The title among ``ranked``: the offline pick (``_pick``), or with ``closeness`` the one
     of the best ``_PICK_DEPTH`` whose score (to the power ``_NEAR_SCORE``, relative to the
     best) times its cosine to the node is highest; the first on a tie. (A theme may so take
@@ -863,7 +884,8 @@ def _choose(pool: _Pool, ranked: list[tuple[float, str]], extend: float,
     the subject's word push its theme onto a side word: "Beginners" over "Chord".)
     ``words``: more candidates, ranked on their own scale (a theme's single words, see
     ``theme_title``), that compete only by closeness: each counts its score relative to its
-    own list's best."""
+    own list's best. ``named``: the words of the theme's opening message (``opening_words``);
+    a candidate among them is preferred (``_OPENING_BOOST``)."""
     top = ranked[:_PICK_DEPTH]
     if closeness is not None and (len(top) > 1 or words) and top and top[0][0] > 0:
         relative: dict[str, float] = {key: score / top[0][0] for score, key in top}
@@ -875,7 +897,9 @@ def _choose(pool: _Pool, ranked: list[tuple[float, str]], extend: float,
         texts = [pool.render(key) for key in keys]
         near = closeness(texts)
         if near is not None and len(near) == len(texts):
-            value = [relative[k] ** _NEAR_SCORE * max(0.0, c) for k, c in zip(keys, near, strict=True)]
+            value = [relative[k] ** _NEAR_SCORE * max(0.0, c)
+                     * (1.0 + (_OPENING_BOOST - 1.0) * _named(k, named) if named else 1.0)
+                     for k, c in zip(keys, near, strict=True)]
             return texts[value.index(max(value))]
     return pool.render(_pick(ranked, extend))
 
@@ -893,7 +917,7 @@ def _pick(ranked: list[tuple[float, str]], extend: float = _TOPIC_EXTEND) -> str
 
 def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
                 members: int | None = None, avoid: Collection[str] = (),
-                closeness: Closeness | None = None) -> str:
+                closeness: Closeness | None = None, opening: Collection[str] = ()) -> str:
     """The title of a theme from its children's phrase counters: what they share.
 
     A phrase held by at least two children scores by the share of children holding it, its
@@ -903,7 +927,11 @@ def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
     (the children's titles: with nothing shared, the best phrase of all is usually one
     child's title, and the theme would wear its name). ``closeness``, when given, returns
     the cosines of candidate titles to the theme's centroid: the nearest of the best few
-    then wins (``_choose``; organize/title_vectors.py).
+    then wins (``_choose``; organize/title_vectors.py). ``opening``, with ``closeness``: the
+    words of the theme's first user message (``opening_words``), where a person names the
+    subject they bring up ("I'm looking at a used ebike"), while the phrase nearest the
+    centroid is often a detail the later visits keep returning to ("Battery"); a candidate
+    it names is preferred (docs/titles.md, "The opening message").
     """
     kids = [c for c in children if c]
     if not kids:
@@ -934,8 +962,9 @@ def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
             # is often its subject's head noun, and the phrase round it says which ("Book
             # club", not "Book"; "Ping tool", not "Ping"), while a shared phrase already
             # recurs in two children.
-            return _choose(pool, ranked, _THEME_EXTEND, closeness, words)
-    return make_title(total, df, n_docs, members=members or len(kids), avoid=avoid, closeness=closeness)
+            return _choose(pool, ranked, _THEME_EXTEND, closeness, words, opening)
+    return make_title(total, df, n_docs, members=members or len(kids), avoid=avoid, closeness=closeness,
+                      opening=opening)
 
 
 def _theme_words(pool: _Pool, scorer: _Scorer, members: int) -> list[tuple[float, str]]:

@@ -1348,8 +1348,10 @@ class TreeSession:
             kids = [k.meta.phrases for k in children]
             if any(kids):
                 below = [k.title for k in children if k.title]
+                closeness = self._closeness(node)
+                opening = self._opening(node) if closeness is not None else frozenset()
                 title = labels.theme_title(kids, df, n_docs, members=node.size, avoid=below,
-                                           closeness=self._closeness(node))
+                                           closeness=closeness, opening=opening)
                 # A sub-theme titled as the theme above it takes its own next phrase instead
                 # (none of its children's either).
                 if not (phrases and (labels.title_key(title) in {labels.title_key(a) for a in avoid}
@@ -1361,8 +1363,9 @@ class TreeSession:
             # siblings, which the phrase nearest its own centroid mostly does not
             # (docs/titles.md, "Nearest phrase").
             near = self._closeness(node) if node.kind == "theme" or self._one_off(node) else None
+            opening = self._opening(node) if near is not None and node.kind == "theme" else frozenset()
             return labels.make_title(phrases, df, n_docs, members=node.size, avoid=avoid, within=within,
-                                     closeness=near)
+                                     closeness=near, opening=opening)
         return keyword_title(node.keywords)
 
     def _one_off(self, node: TopicRecord) -> bool:
@@ -1371,6 +1374,14 @@ class TreeSession:
         so it is titled by closeness like a theme. Only these: closed topics of any size
         at the top level moved LoCoMo by two questions (docs/titles.md)."""
         return node.kind == "topic" and node.frozen and node.size == 1 and node.parent_id == self.root.id
+
+    def _opening(self, node: TopicRecord) -> frozenset[str]:
+        """The words of a theme's first user message (``labels.theme_title``): one indexed
+        read, only when the title is due and title vectors are on."""
+        if node.start_seq is None:
+            return frozenset()
+        first = self.store.exchanges_by_seq(self.user_id, [node.start_seq])
+        return labels.opening_words(first[0].user_text) if first else frozenset()
 
     def _closeness(self, node: TopicRecord) -> labels.Closeness | None:
         """Cosines of candidate titles to the node's centroid, when the embedder can say."""
