@@ -223,6 +223,29 @@ def test_a_theme_prefers_the_candidate_its_opening_message_names() -> None:
     assert "daughter" in labels.opening_words("My daughter's exams start in May")
 
 
+def test_a_two_word_phrase_of_the_opening_message_is_a_candidate() -> None:
+    """"Fly fishing" is said once, in the opening message; "fishing" is not among the theme's
+    best words, so the phrase was no candidate and the theme read "Trout". A two-word phrase
+    the opening message holds whole, with one of the best words in it, now competes."""
+    kids = [{"trout": 4, "fly": 3, "fly fishing": 1, "fishing": 1, "rod": 3, "river": 3, "wader": 2, "cast": 2},
+            {"trout": 3, "fly": 2, "reel": 3, "river": 2, "licence": 2, "knot": 2, "tippet": 2, "line": 2}]
+    df = dict.fromkeys(["trout", "fly", "fishing", "rod", "river", "wader", "cast", "reel", "licence",
+                        "knot", "tippet", "line"], 2)
+    cosines = {"Fly fishing": 0.62, "Trout": 0.5, "Fly": 0.3, "River": 0.35}
+
+    def near(texts: Sequence[str]) -> list[float]:
+        return [cosines.get(t, 0.1) for t in texts]
+
+    opening = labels.opening_words("I'd like to take up fly fishing this spring, where do I start?")
+    assert labels.theme_title(kids, df, 40, closeness=near) == "Trout"
+    assert labels.theme_title(kids, df, 40, closeness=near, opening=opening) == "Fly fishing"
+    # A phrase of the opening message with none of the theme's best words is no candidate.
+    opening = labels.opening_words("Spring plans: fly fishing, and my licence knot")
+    kids[0]["spring plans"] = 1
+    cosines["Spring plans"] = 0.9
+    assert labels.theme_title(kids, df, 40, closeness=near, opening=opening) == "Fly fishing"
+
+
 def test_a_theme_may_take_a_phrase_of_two_of_its_best_words() -> None:
     kids = [{"hip": 3, "replacement": 3, "hip replacement": 3, "surgeon": 2},
             {"hip": 2, "surgeon": 2, "physio": 2}, {"surgeon": 1, "crutches": 2, "hip": 1}]

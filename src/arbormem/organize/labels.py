@@ -860,6 +860,10 @@ Closeness = Callable[[Sequence[str]], Sequence[float] | None]
 #: message".
 _OPENING_BOOST = 2.5
 
+#: How many two-word phrases of a theme's opening message join its candidates
+#: (``_theme_words``).
+_OPENING_PHRASES = 4
+
 
 def opening_words(text: str) -> frozenset[str]:
     """The words of a message as ``_choose`` compares them with a candidate's (lower case,
@@ -957,7 +961,7 @@ def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
             ranked = scorer.rank(pool, frequency, share)
             # With closeness, the theme's own best words compete too, shared by its children
             # or not (docs/titles.md, "The subject's own word").
-            words = _theme_words(pool, scorer, m) if closeness is not None else []
+            words = _theme_words(pool, scorer, m, opening) if closeness is not None else []
             # A longer shared phrase wins at a lower bar than in a topic: a theme's best word
             # is often its subject's head noun, and the phrase round it says which ("Book
             # club", not "Book"; "Ping tool", not "Ping"), while a shared phrase already
@@ -967,7 +971,8 @@ def theme_title(children: Sequence[Mapping[str, int]], df: DF, n_docs: int, *,
                       opening=opening)
 
 
-def _theme_words(pool: _Pool, scorer: _Scorer, members: int) -> list[tuple[float, str]]:
+def _theme_words(pool: _Pool, scorer: _Scorer, members: int,
+                 opening: Collection[str] = ()) -> list[tuple[float, str]]:
     """More title candidates for a theme, ranked as ``make_title`` ranks a topic's phrases:
     its best ``_PICK_DEPTH`` single words, and the two-word phrases made of two of them
     ("Hip replacement" when both "hip" and "replacement" are among them).
@@ -976,9 +981,21 @@ def _theme_words(pool: _Pool, scorer: _Scorer, members: int) -> list[tuple[float
     the next topics talk of chords and songs, so the phrases the children share titled the
     theme "Songs". Single words alone brought in one-word halves ("Hip" for a hip
     replacement, "Book" for a book club); any two-word phrase brought in one child's side
-    detail ("Centre wobbles" for pottery), which the two-best-words condition keeps out."""
+    detail ("Centre wobbles" for pottery), which the two-best-words condition keeps out.
+
+    ``opening`` (the words of the theme's first user message): two-word phrases it holds
+    whole, with one of the best words in them, take the place of the weakest few (at most
+    ``_OPENING_PHRASES``): "Fly fishing" where only "Fly" was a best word, "New York",
+    "Half marathon" (docs/titles.md, "The opening message")."""
     frequency = _node_frequency(members)
     words = scorer.rank(pool, frequency, [k for k in pool.count if " " not in k])[:_PICK_DEPTH]
     best = {k for _, k in words}
     pairs = [k for k in pool.count if k.count(" ") == 1 and all(_pool_key(w) in best for w in k.split())]
-    return sorted(words + scorer.rank(pool, frequency, pairs), key=lambda p: (-p[0], p[1]))
+    out = sorted(words + scorer.rank(pool, frequency, pairs), key=lambda p: (-p[0], p[1]))
+    if opening:
+        have = {k for _, k in out[:_PICK_DEPTH]}
+        named = [k for k in pool.count if k.count(" ") == 1 and k not in have
+                 and _named(k, opening) == 1.0 and any(_pool_key(w) in best for w in k.split())]
+        more = scorer.rank(pool, frequency, named)[:_OPENING_PHRASES]
+        out = sorted(out[:_PICK_DEPTH - len(more)] + more, key=lambda p: (-p[0], p[1]))
+    return out
