@@ -161,6 +161,16 @@ def test_a_change_of_subject_announced_does_not_title_the_topic() -> None:
     assert make_title(node(("OK, new subject.", "Sure.")), {}, 10) == UNTITLED
 
 
+def test_vague_qualifiers_start_no_phrase() -> None:
+    # Topics of the subject histories read "Different money question", "Particular date",
+    # "Usual amount", "Long til": words that only say "some" or "the one before" name nothing.
+    counts = phrase_counts("Different money question: on a particular date, is the usual amount due? "
+                           "How long til the money comes? The same bank as the other loan.")
+    assert not [k for k in counts if k.split()[0] in {"different", "particular", "usual", "same", "other"}]
+    assert not [k for k in counts if "til" in k.split()]
+    assert {"money question", "date", "amount", "bank", "loan"} <= set(counts)
+
+
 def test_stop_words_verbs_and_filler_are_not_phrases() -> None:
     counts = phrase_counts("lol yeah I'm thinking we should really go, haha. Thanks so much!")
     assert counts == {}

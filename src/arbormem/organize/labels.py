@@ -242,7 +242,10 @@ _QUESTION = _words("what when where which who whom whose why how what's how's")
 _STOP = (STOPWORDS | _VERB_FORMS | _ADVERBS | _PRONOUNS | _FILLER | _NUMBER_WORDS | _QUESTION
          | _UNITS | _NEVER
          | _words("mr mrs ms dr st vs versus etc ie eg via let's shall may might must ought next last "
-                  "this")) - _NOT_VERBS - _ING_NOUNS
+                  "this til till until")
+         # Vague qualifiers: no title starts "Different money question" or "Particular date".
+         | _words("different particular certain various same other similar specific entire own "
+                  "further usual previous typical")) - _NOT_VERBS - _ING_NOUNS
 
 # Generic nouns and calendar words: fine inside a phrase ("weekend trip", "Sunday brunch"),
 # never a title on their own, and they lend a phrase little weight.
