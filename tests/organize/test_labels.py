@@ -171,6 +171,14 @@ def test_vague_qualifiers_start_no_phrase() -> None:
     assert {"money question", "date", "amount", "bank", "loan"} <= set(counts)
 
 
+def test_chat_typos_and_generic_nouns_start_no_title() -> None:
+    # Titles read on a blind history: "Teh bottom", "Personal medical nature", "Society's
+    # treasurer informs".
+    counts = phrase_counts("teh bottom of the tank. It's of a personal medical nature. The society's treasurer informs me.")
+    assert set(counts) >= {"bottom", "tank", "treasurer"}
+    assert not [k for k in counts if {"teh", "nature", "informs"} & set(k.split())]
+
+
 def test_stop_words_verbs_and_filler_are_not_phrases() -> None:
     counts = phrase_counts("lol yeah I'm thinking we should really go, haha. Thanks so much!")
     assert counts == {}

@@ -105,7 +105,8 @@ _VERBS = _words(
     trust try turn understand upset use vote wait wake walk want warn wash waste watch wave wear
     welcome win wish wonder worry would write yell like brighten lighten strengthen widen
     soften loosen tighten flatten shorten threaten frighten sharpen weaken awaken broaden
-    deepen harden heighten lengthen moisten sweeten worsen fasten hasten convey collaborate"""
+    deepen harden heighten lengthen moisten sweeten worsen fasten hasten convey collaborate
+    inform"""
 ) - _words("break change check cut deal dream drink end experience fall fight focus head hug "
            "joke kiss paint pitch plant play practice pray print report rescue ride ring sleep "
            "search smell smile study swim taste tie train travel trust vote walk wave work") \
@@ -216,7 +217,8 @@ _FILLER = _words(
     im ive id youre theyre dont doesnt didnt cant wont isnt arent wasnt werent thats whats
     hows wheres whos lets hes shes theres couldnt wouldnt shouldnt havent hasnt hadnt aint
     yum yummy yikes geez gosh jeez huh hah heh ha welp whew phew woo woohoo hooray ew eww
-    mmm mm lmk brb ttyl np nvm ikr smh ppl xoxo xd hahah hehehe definately alot"""
+    mmm mm lmk brb ttyl np nvm ikr smh ppl xoxo xd hahah hehehe definately alot
+    teh abt ngl smth sth shld wat wot"""
 )
 _NUMBER_WORDS = _words(
     """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
@@ -265,7 +267,7 @@ _WEAK = _words(
     photo photos pic pics picture pictures video videos vid vids image images selfie pm am
     memory memories talk chat conversation message messages visit play lots stories story
     topic topics subject subjects
-    color colour colors colours deal life group groups self"""
+    color colour colors colours deal life group groups self nature"""
 )
 # What people feel and wish each other in chit-chat: a LoCoMo theme whose children shared
 # only "so grateful" and "what a joy" was titled "Gratitude" or "Joy" (docs/titles.md).
