@@ -198,6 +198,14 @@ def test_phrase_keys_and_case_hints() -> None:
     assert phrase_words(counts) >= {"maya", "birthday", "party", "lisbon"}
     title = make_title(phrase_counts("Is the CI image too old? The CI image fails."), {}, 10)
     assert title == "CI image"
+    # An acronym the user types in lower case and the assistant in capitals: "NZSL", not "Nzsl"
+    # (a capitalised word needs half of the uses, an acronym a quarter).
+    counts = merge_phrases(phrase_counts("learning nzsl at night. my nzsl tutor. nzsl week soon"),
+                           phrase_counts("Practise NZSL daily."))
+    assert make_title(counts, {}, 10) == "NZSL"
+    counts = merge_phrases(phrase_counts("my tax return. the tax office. tax forms. tax help"),
+                           phrase_counts("I NEED TAX HELP"))
+    assert make_title(counts, {}, 10).startswith("Tax")  # one shouted use among five
 
 
 def test_names_used_to_address_someone_are_not_subjects() -> None:

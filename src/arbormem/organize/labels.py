@@ -548,6 +548,9 @@ def phrase_counts(text: str) -> dict[str, int]:
     lows, surfaces, initials, kinds, joined = toks.low, toks.surface, toks.initial, toks.kind, toks.joined
     counts: dict[str, int] = {}
     get = counts.get
+    # A text in capitals shouts: its capitals are no acronyms ("I NEED TAX HELP" must not
+    # title a topic "TAX"; ``_Pool.render`` takes an acronym at a quarter of a word's uses).
+    shouts = _shouts(surfaces)
     for first, stop in _runs(toks):
         # Every window of 1-MAX_WORDS words of the run, tested over the token lists: a window
         # is counted unless it ends on an "-ed" word or a modifier, a word after its first is
@@ -574,9 +577,18 @@ def phrase_counts(text: str) -> dict[str, int]:
             if surface == lows[i]:  # no capital: not a case hint
                 continue
             s = _base(surface)
-            if s != s.lower() and (not initials[i] or s.isupper() or s[1:] != s[1:].lower()):
+            if s != s.lower() and (not initials[i] or s.isupper() or s[1:] != s[1:].lower()) \
+                    and not (shouts and s.isupper()):
                 counts[s] = min(PER_TEXT_CAP, get(s, 0) + 1)
     return counts
+
+
+def _shouts(surfaces: list[str]) -> bool:
+    """Whether most words of three letters or more are in capitals, three at least ("NZSL
+    and ASL" names two acronyms)."""
+    words = [w for w in surfaces if len(w) >= 3 and w.isalpha()]
+    caps = sum(w.isupper() for w in words)
+    return caps >= 3 and 2 * caps > len(words)
 
 
 USER_WEIGHT = 2
@@ -723,7 +735,9 @@ class _Pool:
         for w in self.shown[pooled][1].split():
             base = _base(w)
             hint = self.hints.get(base)
-            if hint is not None and 2 * hint[0] >= self.word_count(base):
+            # A capitalised form wins when it is at least half of the word's uses; an acronym
+            # ("NZSL", written so by the assistant while the user types "nzsl") at a quarter.
+            if hint is not None and (4 if _acronym(hint[1]) else 2) * hint[0] >= self.word_count(base):
                 base = hint[1]
             words.append(base + w[len(_base(w)):])
         text = " ".join(words)
@@ -731,6 +745,10 @@ class _Pool:
             # Only a script written without spaces gets here (a whole clause is one "word").
             text = text[: MAX_TITLE_CHARS - 1].rstrip() + "…"
         return text[:1].upper() + text[1:]
+
+
+def _acronym(word: str) -> bool:
+    return len(word) >= 2 and word.isalpha() and word.isupper()
 
 
 _LENGTH_BONUS = (0.0, 1.0, 1.25, 1.4)
