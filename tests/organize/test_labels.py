@@ -206,6 +206,10 @@ def test_phrase_keys_and_case_hints() -> None:
     counts = merge_phrases(phrase_counts("my tax return. the tax office. tax forms. tax help"),
                            phrase_counts("I NEED TAX HELP"))
     assert make_title(counts, {}, 10).startswith("Tax")  # one shouted use among five
+    # Capitals as emphasis, in a text that also writes the word capitalised, are no acronym.
+    counts = exchange_phrase_counts('Crossword clue: "Superb ream of paper hides a fish (5)".',
+                                    'The answer is BREAM, hidden in "superB REAM". Ream of paper is the surface.')
+    assert "REAM" not in counts and make_title(counts, {}, 10) != "Superb REAM"
 
 
 def test_names_used_to_address_someone_are_not_subjects() -> None:

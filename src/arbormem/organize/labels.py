@@ -549,8 +549,11 @@ def phrase_counts(text: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     get = counts.get
     # A text in capitals shouts: its capitals are no acronyms ("I NEED TAX HELP" must not
-    # title a topic "TAX"; ``_Pool.render`` takes an acronym at a quarter of a word's uses).
+    # title a topic "TAX"; ``_Pool.render`` takes an acronym at a quarter of a word's uses);
+    # nor is a word the text also writes capitalised ("superB REAM" beside "Ream of paper";
+    # a lower-case form may be a web address, "nzsl.nz" beside "NZSL").
     shouts = _shouts(surfaces)
+    other_case = {w.lower() for w in surfaces if w[:1].isupper() and not w.isupper()}
     for first, stop in _runs(toks):
         # Every window of 1-MAX_WORDS words of the run, tested over the token lists: a window
         # is counted unless it ends on an "-ed" word or a modifier, a word after its first is
@@ -578,7 +581,7 @@ def phrase_counts(text: str) -> dict[str, int]:
                 continue
             s = _base(surface)
             if s != s.lower() and (not initials[i] or s.isupper() or s[1:] != s[1:].lower()) \
-                    and not (shouts and s.isupper()):
+                    and not (s.isupper() and (shouts or s.lower() in other_case)):
                 counts[s] = min(PER_TEXT_CAP, get(s, 0) + 1)
     return counts
 

@@ -1343,15 +1343,18 @@ class TreeSession:
         # ... nor a bigger top-level namesake's it was not joined to (``distinguish_namesakes``)
         avoid = within + node.meta.not_titled
         phrases = node.meta.phrases
+        # Themes and one-offs only are titled by closeness: a topic under a theme says what
+        # sets it apart from its siblings, which the phrase nearest its own centroid mostly
+        # does not (docs/titles.md, "Nearest phrase"). A theme's opening message is read once.
+        near = self._closeness(node) if node.kind == "theme" or self._one_off(node) else None
+        opening = self._opening(node) if near is not None and node.kind == "theme" else frozenset()
         if node.kind == "theme":
             children = self.children(node)
             kids = [k.meta.phrases for k in children]
             if any(kids):
                 below = [k.title for k in children if k.title]
-                closeness = self._closeness(node)
-                opening = self._opening(node) if closeness is not None else frozenset()
                 title = labels.theme_title(kids, df, n_docs, members=node.size, avoid=below,
-                                           closeness=closeness, opening=opening)
+                                           closeness=near, opening=opening)
                 # A sub-theme titled as the theme above it takes its own next phrase instead
                 # (none of its children's either).
                 if not (phrases and (labels.title_key(title) in {labels.title_key(a) for a in avoid}
@@ -1359,11 +1362,6 @@ class TreeSession:
                     return title
                 avoid += below
         if phrases:
-            # Themes and one-offs only: a topic under a theme says what sets it apart from its
-            # siblings, which the phrase nearest its own centroid mostly does not
-            # (docs/titles.md, "Nearest phrase").
-            near = self._closeness(node) if node.kind == "theme" or self._one_off(node) else None
-            opening = self._opening(node) if near is not None and node.kind == "theme" else frozenset()
             return labels.make_title(phrases, df, n_docs, members=node.size, avoid=avoid, within=within,
                                      closeness=near, opening=opening)
         return keyword_title(node.keywords)
