@@ -179,6 +179,16 @@ def test_chat_typos_and_generic_nouns_start_no_title() -> None:
     assert not [k for k in counts if {"teh", "nature", "informs"} & set(k.split())]
 
 
+def test_activity_nouns_in_ing_start_phrases() -> None:
+    # "Lesson tmrw" and "Manoeuvres" titled a learner's driving lessons (blind histories of
+    # 2026-12-04): "driving" was only a verb form and "tmrw" a word.
+    counts = phrase_counts("my driving lesson is tmrw, then wedding planning and the cleaning service")
+    assert {"driving lesson", "wedding planning", "cleaning service"} <= set(counts)
+    assert not [k for k in counts if "tmrw" in k]
+    # Still verbs after a form of "be": "I'm driving to Leeds" names Leeds only.
+    assert {k for k in phrase_counts("I'm driving to Leeds, she is planning a trip") if k.islower()} == {"leeds", "trip"}
+
+
 def test_stop_words_verbs_and_filler_are_not_phrases() -> None:
     counts = phrase_counts("lol yeah I'm thinking we should really go, haha. Thanks so much!")
     assert counts == {}

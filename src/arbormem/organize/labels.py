@@ -166,7 +166,8 @@ _ING_NOUNS = _words(
     tasting sightseeing snorkelling snorkeling diving rowing kayaking canoeing sledging
     sledding weightlifting lifting bodybuilding crafting scrapbooking quilting gaming
     streaming blogging vlogging podcasting birdwatching stargazing decorating proofreading
-    editing publishing spending wellbeing bedding hearing""")
+    editing publishing spending wellbeing bedding hearing driving planning riding composting
+    welding hiring cleaning screening testing booking""")
 _ED_NOUNS = _words("bed red shed seed speed feed weed breed sled need hundred sacred")
 
 _ADVERBS = _words(
@@ -218,7 +219,7 @@ _FILLER = _words(
     hows wheres whos lets hes shes theres couldnt wouldnt shouldnt havent hasnt hadnt aint
     yum yummy yikes geez gosh jeez huh hah heh ha welp whew phew woo woohoo hooray ew eww
     mmm mm lmk brb ttyl np nvm ikr smh ppl xoxo xd hahah hehehe definately alot
-    teh abt ngl smth sth shld wat wot"""
+    teh abt ngl smth sth shld wat wot tmrw tmr tmw rly prob probs"""
 )
 _NUMBER_WORDS = _words(
     """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
