@@ -549,12 +549,7 @@ def phrase_counts(text: str) -> dict[str, int]:
     lows, surfaces, initials, kinds, joined = toks.low, toks.surface, toks.initial, toks.kind, toks.joined
     counts: dict[str, int] = {}
     get = counts.get
-    # A text in capitals shouts: its capitals are no acronyms ("I NEED TAX HELP" must not
-    # title a topic "TAX"; ``_Pool.render`` takes an acronym at a quarter of a word's uses);
-    # nor is a word the text also writes capitalised ("superB REAM" beside "Ream of paper";
-    # a lower-case form may be a web address, "nzsl.nz" beside "NZSL").
-    shouts = _shouts(surfaces)
-    other_case = {w.lower() for w in surfaces if w[:1].isupper() and not w.isupper()}
+    caps: tuple[bool, set[str]] | None = None  # read on the first word in capitals
     for first, stop in _runs(toks):
         # Every window of 1-MAX_WORDS words of the run, tested over the token lists: a window
         # is counted unless it ends on an "-ed" word or a modifier, a word after its first is
@@ -581,18 +576,25 @@ def phrase_counts(text: str) -> dict[str, int]:
             if surface == lows[i]:  # no capital: not a case hint
                 continue
             s = _base(surface)
-            if s != s.lower() and (not initials[i] or s.isupper() or s[1:] != s[1:].lower()) \
-                    and not (s.isupper() and (shouts or s.lower() in other_case)):
+            if s != s.lower() and (not initials[i] or s.isupper() or s[1:] != s[1:].lower()):
+                if s.isupper():  # an acronym, unless the text shouts or stresses it
+                    if caps is None:
+                        caps = _caps_context(surfaces)
+                    if caps[0] or s.lower() in caps[1]:
+                        continue
                 counts[s] = min(PER_TEXT_CAP, get(s, 0) + 1)
     return counts
 
 
-def _shouts(surfaces: list[str]) -> bool:
-    """Whether most words of three letters or more are in capitals, three at least ("NZSL
-    and ASL" names two acronyms)."""
+def _caps_context(surfaces: list[str]) -> tuple[bool, set[str]]:
+    """Whether a text shouts (three words of three letters or more in capitals, and most of
+    them: "I NEED TAX HELP" must not title a topic "TAX"; ``_Pool.render`` takes an acronym at
+    a quarter of a word's uses), and the words it writes capitalised, in lower case (one it
+    also writes in capitals is emphasis: "superB REAM" beside "Ream of paper"; a lower-case
+    form does not count, as it may be a web address: "nzsl.nz" beside "NZSL")."""
     words = [w for w in surfaces if len(w) >= 3 and w.isalpha()]
     caps = sum(w.isupper() for w in words)
-    return caps >= 3 and 2 * caps > len(words)
+    return caps >= 3 and 2 * caps > len(words), {w.lower() for w in surfaces if w[:1].isupper() and not w.isupper()}
 
 
 USER_WEIGHT = 2
