@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -255,15 +256,23 @@ def test_a_theme_may_take_a_phrase_of_two_of_its_best_words() -> None:
         == "Hip replacement"
 
 
+def _demo_themes(path: Path, embedder: Embedder, *, consolidate: bool) -> dict[str, list[str]]:
+    """The bundled demo's top-level themes (title -> children's titles), as placed or after
+    one consolidation run."""
+    demo = json.loads(resources.files("arbormem").joinpath("data/demo.json").read_text("utf-8"))
+    with Memory(path, embedder=embedder) as mem:
+        mem.add_many(demo["exchanges"], user_id="u")
+        if consolidate:
+            mem.consolidate("u")
+        check_tree(mem, "u")
+        return {c.title: [k.title for k in c.children] for c in mem.tree(user_id="u").children
+                if c.kind == "theme"}
+
+
 def test_the_demo_allergy_theme_names_the_allergy(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
     """The bundled demo with the real model: the theme holding Leo's allergy was titled "Leo"
     (the only phrase its two children share), now "Peanut allergy"."""
-    demo = json.loads(resources.files("arbormem").joinpath("data/demo.json").read_text("utf-8"))
-    with Memory(tmp_path / "demo.db", embedder=minilm) as mem:
-        mem.add_many(demo["exchanges"], user_id="u")
-        check_tree(mem, "u")
-        themes = {c.title: [k.title for k in c.children] for c in mem.tree(user_id="u").children
-                  if c.kind == "theme"}
+    themes = _demo_themes(tmp_path / "demo.db", minilm, consolidate=False)
     assert "Peanut allergy" in themes, themes
     assert "Severe peanut allergy" in themes["Peanut allergy"]
 
@@ -272,13 +281,7 @@ def test_the_demo_party_theme_is_named_as_its_opening_message_names_it(tmp_path,
     """After consolidation the demo's party theme was titled "Fossil dig" (a detail of one
     visit, nearest the centroid), its first child "Daughter Maya"; the opening message ("I
     want to throw her a party at home") names the party."""
-    demo = json.loads(resources.files("arbormem").joinpath("data/demo.json").read_text("utf-8"))
-    with Memory(tmp_path / "demo.db", embedder=minilm) as mem:
-        mem.add_many(demo["exchanges"], user_id="u")
-        mem.consolidate("u")
-        check_tree(mem, "u")
-        themes = {c.title: [k.title for k in c.children] for c in mem.tree(user_id="u").children
-                  if c.kind == "theme"}
+    themes = _demo_themes(tmp_path / "demo.db", minilm, consolidate=True)
     assert "Party" in themes, themes
     assert "Fossil dig" in themes["Party"]
 

@@ -53,6 +53,7 @@ __all__ = [
     "phrase_words",
     "prune_phrases",
     "repeats",
+    "says_more",
     "subtract_phrases",
     "theme_title",
 ]
@@ -689,6 +690,14 @@ def repeats(title: str, of: str) -> bool:
     return bool(words) and set(words) <= set(title_key(of).split())
 
 
+def says_more(avoid: Collection[str], within: Collection[str]) -> Callable[[str], bool]:
+    """A test of a candidate title: not one of ``avoid`` (as ``title_key`` spells titles), nor
+    made only of the words of one of ``within`` (``repeats``): what ``make_title`` keeps, and
+    what a theme's title must pass under the theme above it (``TreeSession._title``)."""
+    said = {title_key(a) for a in avoid}
+    return lambda title: title_key(title) not in said and not any(repeats(title, w) for w in within)
+
+
 @functools.lru_cache(maxsize=65_536)
 def _pool_key(key: str) -> str:
     head, _, last = key.rpartition(" ")
@@ -842,13 +851,8 @@ def make_title(phrases: Mapping[str, int], df: DF, n_docs: int, *, members: int 
     if avoid or within:
         # Only the first _PICK_DEPTH phrases left matter to _pick: render no more than that
         # (a topic under a theme is titled this way on every exchange while it is small).
-        said = {title_key(a) for a in avoid}
-
-        def fresh(key: str) -> bool:
-            title = pool.render(key)
-            return title_key(title) not in said and not any(repeats(title, w) for w in within)
-
-        other = list(itertools.islice((r for r in ranked if fresh(r[1])), _PICK_DEPTH))
+        fresh = says_more(avoid, within)
+        other = list(itertools.islice((r for r in ranked if fresh(pool.render(r[1]))), _PICK_DEPTH))
         ranked = other or ranked
     return _choose(pool, ranked, _TOPIC_EXTEND, closeness, named=opening)
 

@@ -1357,8 +1357,7 @@ class TreeSession:
                                            closeness=near, opening=opening)
                 # A sub-theme titled as the theme above it takes its own next phrase instead
                 # (none of its children's either).
-                if not (phrases and (labels.title_key(title) in {labels.title_key(a) for a in avoid}
-                                     or any(labels.repeats(title, w) for w in within))):
+                if not phrases or labels.says_more(avoid, within)(title):
                     return title
                 avoid += below
         if phrases:
