@@ -102,6 +102,10 @@ class TreeSettings(BaseModel):
     # the open topic: a return mid-session (docs/tree.md, "Returns mid-session"). 0 turns it off.
     return_margin: float = Field(default=0.15, ge=0.0)
     return_p: float = Field(default=0.15, ge=0.0, le=1.0)
+    # With the head, a message that adds another request ("Also, can I...", "one more thing",
+    # "while I have you"; organize/tree.py ``adds_request``) leaves the open topic when the
+    # head gives it at least ``request_p`` (docs/tree.md, "Added requests"). 1 turns it off.
+    request_p: float = Field(default=0.20, ge=0.0, le=1.0)
     # A new run rejoins an earlier topic (same thread) at this average link ...
     thread_threshold: float = 0.50
     # ... and joins the theme it relates to (or forms one with a lone related topic) at this.

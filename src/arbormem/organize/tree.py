@@ -321,6 +321,11 @@ class TreeSession:
                             self.s.shift_spike > 0 and p > self.s.shift_spike_at and bool(usual)
                             and p > self.s.shift_spike * float(np.median(usual))):
                         return True
+                    # A message that adds another request ("can I also book...", "one more
+                    # thing") opens a task the head often scores low: on blind task dialogues
+                    # it gave 0.2-0.3 at such openings (docs/tree.md, "Added requests").
+                    if p >= self.s.request_p and adds_request(ex.user_text):
+                        return True
                     # A return to another subject mid-session ("Mochi got her rabies shot
                     # today" during visa questions) links to the open topic like a related
                     # follow-up but clearly better to that subject's earlier topic
@@ -1540,6 +1545,24 @@ def _picks_up(user_text: str, prev: Exchange) -> bool:
     said)? "Sorry, what does flashing mean?" after "save energy for the ones you can flash".
     Words the user said before ("need", "week") or numbers are no such sign."""
     return bool(_stems(user_text) & (_stems(prev.assistant_text) - _stems(prev.user_text)))
+
+
+# A message that adds another request: "Also, can I get my inhaler refilled?", "can I also
+# book the parent-teacher conference", "one more thing", "while I have you". Said to an agent,
+# it nearly always opens a new task; "also" inside a statement ("I also love grilling", "they
+# also enjoy maths") does not count: chit-chat says it that way. English only (docs/tree.md,
+# "Added requests").
+_REQUEST_CUE = re.compile(
+    r"(?:^|[,.!?;:]\s*|\b(?:and|oh|ok|okay|so|but|great|thanks|perfect|cool)\s+)also\b|"
+    r"\b(?:can|could|would|will|do|may)\s+(?:you|i|we)\s+also\b|"
+    r"\b(?:i|we)\s+also\s+(?:need|want|would|have to|got to|gotta)\b|"
+    r"\balso\s+(?:need|want|book|add|get|set|check|can|could|do|is|are|what|how|when|where|please)\b|"
+    r"\bone more (?:thing|question)\b|\bwhile i have you\b|\bseparately\b|\blastly\b|\banother thing\b")
+
+
+def adds_request(user_text: str) -> bool:
+    """The user's message adds another request (``_REQUEST_CUE``)."""
+    return _REQUEST_CUE.search(user_text[:400].lower()) is not None
 
 
 def announces_shift(user_text: str) -> bool:
