@@ -106,6 +106,11 @@ class TreeSettings(BaseModel):
     # "while I have you"; organize/tree.py ``adds_request``) leaves the open topic when the
     # head gives it at least ``request_p`` (docs/tree.md, "Added requests"). 1 turns it off.
     request_p: float = Field(default=0.20, ge=0.0, le=1.0)
+    # With the head, a message of at most ``back_words`` words that points back at what was
+    # just said ("Does it have parking?", "Is it free?") opens a topic only past
+    # ``shift_threshold``: neither the spike test nor the unlinked rule judge it (docs/tree.md,
+    # "Short questions that refer back"). 0 turns this off.
+    back_words: int = Field(default=6, ge=0)
     # A new run rejoins an earlier topic (same thread) at this average link ...
     thread_threshold: float = 0.50
     # ... and joins the theme it relates to (or forms one with a lone related topic) at this.

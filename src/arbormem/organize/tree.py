@@ -305,6 +305,13 @@ class TreeSession:
                     # boundary (docs/tree.md, "Terse conversations"). Judged only when a rule
                     # would fire: most exchanges link above both floors.
                     in_branch = False  # the nearest other topic is known to share cur's branch
+                    # A short question about what was just said ("Does it have parking?", "Is it
+                    # free?", "Do they have vegetarian options?") names nothing of its own: a thin
+                    # vector the head often rates as new, and a low link. Only the head's own
+                    # threshold opens a topic there (docs/tree.md, "Short questions that refer back").
+                    back = _refers_back(ex.user_text, self.s.back_words)
+                    if back:
+                        unlinked = False
                     if (full or unlinked) and not _terse(self.s.terse_replies, ex, p1, p2):
                         if full:
                             in_branch = self._nearest_in_branch(cur, vec)
@@ -318,7 +325,7 @@ class TreeSession:
                     # at shifts and ~0.1 between them; docs/tree.md, "Spikes and full
                     # messages").
                     if p > self.s.shift_threshold or (
-                            self.s.shift_spike > 0 and p > self.s.shift_spike_at and bool(usual)
+                            not back and self.s.shift_spike > 0 and p > self.s.shift_spike_at and bool(usual)
                             and p > self.s.shift_spike * float(np.median(usual))):
                         return True
                     # A message that adds another request ("can I also book...", "one more
@@ -1558,6 +1565,22 @@ _REQUEST_CUE = re.compile(
     r"\b(?:i|we)\s+also\s+(?:need|want|would|have to|got to|gotta)\b|"
     r"\balso\s+(?:need|want|book|add|get|set|check|can|could|do|is|are|what|how|when|where|please)\b|"
     r"\bone more (?:thing|question)\b|\bwhile i have you\b|\bseparately\b|\blastly\b|\banother thing\b")
+
+
+# Words by which a short message points back at what was just said: "Does *it* have parking?",
+# "Do *they* deliver?", "Is *there* a dress code?". "It" of the weather ("will it rain") is no
+# such pointer.
+_BACK = re.compile(r"\b(?:it|its|it's|they|them|their|that|those|this|these|there|he|she|him|her|his)\b")
+_WEATHER_IT = re.compile(r"\bit\b(?:\s+\S+){0,2}\s+(?:rain|raining|snow|snowing|sunny|cold|hot|warm|windy|freezing|cloudy)\b")
+
+
+def _refers_back(user_text: str, words: int) -> bool:
+    """Is the user's message a short one (at most ``words`` words; 0: never) that points back
+    at what was just said (``_BACK``)?"""
+    if words <= 0:
+        return False
+    text = user_text[:200].lower().replace("’", "'")
+    return len(text.split()) <= words and _BACK.search(text) is not None and _WEATHER_IT.search(text) is None
 
 
 def adds_request(user_text: str) -> bool:
