@@ -34,10 +34,12 @@ CHECK3 = ROOT / "benchmarks" / "data" / "taskseg_check3.json"  # ten domains, re
 #: head's training, unlike the three sets above (docs/tree.md, "More task styles").
 CHECK4 = ROOT / "benchmarks" / "data" / "taskseg_check4.json"
 #: Written blind on 2026-12-04 (31 settings; five styles, among them short task dialogues
-#: put one after another; five groups of settings), each read once; not in the head's training.
+#: put one after another; five groups of settings; 21 settings), each read once; not in the
+#: head's training.
 CHECK5 = ROOT / "benchmarks" / "data" / "taskseg_check5.json"
 CHECK6 = ROOT / "benchmarks" / "data" / "taskseg_check6.json"
 CHECK7 = ROOT / "benchmarks" / "data" / "taskseg_check7.json"
+CHECK8 = ROOT / "benchmarks" / "data" / "taskseg_check8.json"
 #: Subject histories written blind, read since (development data now).
 SUBJECTS3 = ROOT / "benchmarks" / "data" / "subjects_check3.json"
 SUBJECTS4 = ROOT / "benchmarks" / "data" / "subjects_check4.json"
@@ -170,6 +172,30 @@ def test_a_short_question_that_refers_back_stays(tmp_path, minilm) -> None:  # t
         assert not _refers_back(text, 6), text
 
 
+def test_a_command_naming_its_own_object_opens_a_task(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    # A blind in-car dialogue: navigation, the weather, then "Remind me to get the car washed
+    # tomorrow at 5pm" (the head: 0.34, under its threshold and no spike over a session of
+    # weather and traffic). A command verb first, pointing at nothing just said, starts a task
+    # (docs/tree.md, "Commands").
+    from arbormem.organize.tree import gives_command
+
+    d = json.loads(CHECK6.read_text())[27]
+    assert [q for q, _ in exchange_pairs(d["utterances"])][3].startswith("Remind me to get the car washed")
+    gold = partition(sm.labels_from_segments(d["segments"])[::2])
+    for command_p, want in ((None, gold), (1.0, [0, 0, 1, 1])):
+        settings = default_settings() if command_p is None else default_settings(command_p=command_p)
+        with Memory(tmp_path / f"c{command_p}.db", embedder=minilm, settings=settings) as mem:
+            added = mem.add_many(_items(d), user_id="u")
+            topic = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
+            assert partition([topic[e.id] for e in added]) == want
+            check_tree(mem, "u")
+    assert gold == [0, 0, 1, 2]
+    for text in ("set the heat to 68", "Call mum", "please book me a taxi to the station", "text Jake I'm late"):
+        assert gives_command(text), text
+    for text in ("I set the alarm already", "what's the weather", "can you call me back?"):
+        assert not gives_command(text), text
+
+
 def _history(mem: Memory, h: dict) -> dict[str, str]:
     """Add a subject history one session after another; user text -> its topic id."""
     added = add_history(mem, h["exchanges"])
@@ -227,12 +253,13 @@ def test_tiage_dev_and_held_out_tasks(tmp_path, minilm) -> None:  # type: ignore
     train split) Pk <= 0.40 and the held-out task dialogues Pk <= 0.15; the three earlier blind
     task sets (in its training now) Pk <= 0.15. The later blind sets (terse assistant commands;
     31 settings; five styles; five groups of settings) are held to what placement reaches on
-    them (0.173, 0.203, 0.130, 0.152; the issue's 0.15 is not met on the first two, nor quite
-    on the last)."""
+    them (0.166, 0.198, 0.114, 0.155; the issue's 0.15 is not met on the first two, nor quite
+    on the last); an eighth, read once with the three placement cues of 2026-12-04 (sixth
+    session), 0.136."""
     held = tmp_path / "tasks_odd.json"
     held.write_text(json.dumps(json.loads(TASKS.read_text())[1::2]))
     for path, line in ((TIAGE_DEV, 0.40), (held, 0.15), (CHECK, 0.15), (CHECK2, 0.15), (CHECK3, 0.15),
-                       (CHECK4, 0.18), (CHECK5, 0.21), (CHECK6, 0.14), (CHECK7, 0.16)):
+                       (CHECK4, 0.175), (CHECK5, 0.205), (CHECK6, 0.125), (CHECK7, 0.165), (CHECK8, 0.145)):
         with Memory(tmp_path / f"{path.stem}.db", embedder=minilm) as mem:
             rows = {r["system"]: r for r in eval_segmentation([str(path)], mem)["rows"]}
         assert rows["arbormem"]["pk"] <= line, rows["arbormem"]

@@ -333,6 +333,12 @@ class TreeSession:
                     # it gave 0.2-0.3 at such openings (docs/tree.md, "Added requests").
                     if p >= self.s.request_p and adds_request(ex.user_text):
                         return True
+                    # A command that names its own object ("set the heat to 68", "call mum",
+                    # "book me a taxi to the station") starts a task where the head gives it a
+                    # fair chance; a command about what was just said ("book it", "email it")
+                    # does not (docs/tree.md, "Commands").
+                    if p >= self.s.command_p and not back and gives_command(ex.user_text):
+                        return True
                     # A return to another subject mid-session ("Mochi got her rabies shot
                     # today" during visa questions) links to the open topic like a related
                     # follow-up but clearly better to that subject's earlier topic
@@ -1581,6 +1587,19 @@ def _refers_back(user_text: str, words: int) -> bool:
         return False
     text = user_text[:200].lower().replace("’", "'")
     return len(text.split()) <= words and _BACK.search(text) is not None and _WEATHER_IT.search(text) is None
+
+
+# A message that opens with a command verb: "set the heating to 21", "text Jake I'm running
+# late", "book me a taxi". English only (docs/tree.md, "Commands").
+_COMMAND = re.compile(
+    r"^\W*(?:please\s+)?(?:set|call|text|message|play|turn|remind|wake|navigate|add|open|start|find|book|"
+    r"order|send|schedule|show|check|cancel|read|dim|lock|unlock|take|get|put|log|record|mute|pause|"
+    r"resume|skip|increase|decrease|switch)\b")
+
+
+def gives_command(user_text: str) -> bool:
+    """The user's message opens with a command verb (``_COMMAND``)."""
+    return _COMMAND.match(user_text[:100].lower()) is not None
 
 
 def adds_request(user_text: str) -> bool:
