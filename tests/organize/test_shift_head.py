@@ -143,7 +143,8 @@ def test_a_message_adding_a_request_opens_a_task(tmp_path, minilm) -> None:  # t
         assert adds_request(text), text
     # "Also" in a statement is no request: chit-chat says it that way.
     for text in ("i have two children . they also enjoy math .", "sounds interesting i also love grilling",
-                 "my husband also plays golf", "I'd like a table that is also quiet"):
+                 "my husband also plays golf", "I'd like a table that is also quiet",
+                 "Our neighbour, Mrs Ross, also pays band E.", "to sell it at the service and also in the shop"):
         assert not adds_request(text), text
 
 

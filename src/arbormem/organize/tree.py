@@ -1566,7 +1566,7 @@ def _picks_up(user_text: str, prev: Exchange) -> bool:
 # also enjoy maths") does not count: chit-chat says it that way. English only (docs/tree.md,
 # "Added requests").
 _REQUEST_CUE = re.compile(
-    r"(?:^|[,.!?;:]\s*|\b(?:and|oh|ok|okay|so|but|great|thanks|perfect|cool)\s+)also\b|"
+    r"(?:^|[.!?;:]\s*)(?:(?:and|oh|ok|okay|so|but|great|thanks|perfect|cool)[,.!]?\s+){0,2}also\b|"
     r"\b(?:can|could|would|will|do|may)\s+(?:you|i|we)\s+also\b|"
     r"\b(?:i|we)\s+also\s+(?:need|want|would|have to|got to|gotta)\b|"
     r"\balso\s+(?:need|want|book|add|get|set|check|can|could|do|is|are|what|how|when|where|please)\b|"
