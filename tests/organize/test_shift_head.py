@@ -119,6 +119,19 @@ def test_a_spike_above_the_sessions_usual_opens_a_topic(tmp_path, minilm) -> Non
         assert len({e.topic_id for e in mem.exchanges(user_id="u")}) < 4
 
 
+def _cue_partitions(tmp_path, minilm, d: dict, **off: float) -> tuple[list[int], list[int], list[int]]:  # type: ignore[no-untyped-def]
+    """Gold, placed with the default settings, and placed with ``off`` (one cue turned off):
+    each as a partition of the dialogue's exchanges; every tree checked."""
+    placed = []
+    for name, settings in (("on", default_settings()), ("off", default_settings(**off))):
+        with Memory(tmp_path / f"{name}.db", embedder=minilm, settings=settings) as mem:
+            added = mem.add_many(_items(d), user_id="u")
+            topic = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
+            placed.append(partition([topic[e.id] for e in added]))
+            check_tree(mem, "u")
+    return partition(sm.labels_from_segments(d["segments"])[::2]), placed[0], placed[1]
+
+
 def test_a_message_adding_a_request_opens_a_task(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
     # From the terse blind set: a vet visit for a sick cat, then "can I also reorder her food,
     # the kidney care one" (another task; the head gives it under its threshold, and the words
@@ -129,15 +142,7 @@ def test_a_message_adding_a_request_opens_a_task(tmp_path, minilm) -> None:  # t
     d = json.loads(CHECK4.read_text())[20]
     asks = [q for q, _ in exchange_pairs(d["utterances"])]
     assert asks[3].startswith("can I also reorder her food")
-    gold = sm.labels_from_segments(d["segments"])[::2]
-    for request_p, want in ((None, partition(gold)), (1.0, [0, 0, 0, 0, 0])):
-        settings = default_settings() if request_p is None else default_settings(request_p=request_p)
-        with Memory(tmp_path / f"r{request_p}.db", embedder=minilm, settings=settings) as mem:
-            added = mem.add_many(_items(d), user_id="u")
-            topic = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
-            assert partition([topic[e.id] for e in added]) == want
-            check_tree(mem, "u")
-    assert partition(gold) == [0, 0, 0, 1, 1]
+    assert _cue_partitions(tmp_path, minilm, d, request_p=1.0) == ([0, 0, 0, 1, 1], [0, 0, 0, 1, 1], [0, 0, 0, 0, 0])
     for text in ("Also, can I get my inhaler refilled?", "oh and also the doorbell camera", "I also need my flu shot",
                  "while I have you, can I pause my membership", "One more thing: the invoice", "could you also book a taxi"):
         assert adds_request(text), text
@@ -157,15 +162,8 @@ def test_a_short_question_that_refers_back_stays(tmp_path, minilm) -> None:  # t
 
     d = json.loads(CHECK6.read_text())[1]
     assert [q for q, _ in exchange_pairs(d["utterances"])][2] == "Do they have vegetarian options?"
-    gold = partition(sm.labels_from_segments(d["segments"])[::2])
-    for words, want in ((None, gold), (0, [0, 0, 1, 2, 2, 2])):
-        settings = default_settings() if words is None else default_settings(back_words=words)
-        with Memory(tmp_path / f"b{words}.db", embedder=minilm, settings=settings) as mem:
-            added = mem.add_many(_items(d), user_id="u")
-            topic = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
-            assert partition([topic[e.id] for e in added]) == want
-            check_tree(mem, "u")
-    assert gold == [0, 0, 0, 1, 1, 1]
+    gold = [0, 0, 0, 1, 1, 1]
+    assert _cue_partitions(tmp_path, minilm, d, back_words=0) == (gold, gold, [0, 0, 1, 2, 2, 2])
     for text in ("Does it have parking?", "Is it free?", "what are their hours?", "Is there a dress code?"):
         assert _refers_back(text, 6), text
     for text in ("Will it rain in Leeds tomorrow?", "set a timer for ten minutes",
@@ -182,15 +180,7 @@ def test_a_command_naming_its_own_object_opens_a_task(tmp_path, minilm) -> None:
 
     d = json.loads(CHECK6.read_text())[27]
     assert [q for q, _ in exchange_pairs(d["utterances"])][3].startswith("Remind me to get the car washed")
-    gold = partition(sm.labels_from_segments(d["segments"])[::2])
-    for command_p, want in ((None, gold), (1.0, [0, 0, 1, 1])):
-        settings = default_settings() if command_p is None else default_settings(command_p=command_p)
-        with Memory(tmp_path / f"c{command_p}.db", embedder=minilm, settings=settings) as mem:
-            added = mem.add_many(_items(d), user_id="u")
-            topic = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
-            assert partition([topic[e.id] for e in added]) == want
-            check_tree(mem, "u")
-    assert gold == [0, 0, 1, 2]
+    assert _cue_partitions(tmp_path, minilm, d, command_p=1.0) == ([0, 0, 1, 2], [0, 0, 1, 2], [0, 0, 1, 1])
     for text in ("set the heat to 68", "Call mum", "please book me a taxi to the station", "text Jake I'm late"):
         assert gives_command(text), text
     for text in ("I set the alarm already", "what's the weather", "can you call me back?"):
