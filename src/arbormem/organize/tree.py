@@ -328,16 +328,7 @@ class TreeSession:
                             not back and self.s.shift_spike > 0 and p > self.s.shift_spike_at and bool(usual)
                             and p > self.s.shift_spike * float(np.median(usual))):
                         return True
-                    # A message that adds another request ("can I also book...", "one more
-                    # thing") opens a task the head often scores low: on blind task dialogues
-                    # it gave 0.2-0.3 at such openings (docs/tree.md, "Added requests").
-                    if p >= self.s.request_p and adds_request(ex.user_text):
-                        return True
-                    # A command that names its own object ("set the heat to 68", "call mum",
-                    # "book me a taxi to the station") starts a task where the head gives it a
-                    # fair chance; a command about what was just said ("book it", "email it")
-                    # does not (docs/tree.md, "Commands").
-                    if p >= self.s.command_p and not back and gives_command(ex.user_text):
+                    if _asks_anew(self.s, p, ex.user_text, back):
                         return True
                     # A return to another subject mid-session ("Mochi got her rabies shot
                     # today" during visa questions) links to the open topic like a related
@@ -1578,6 +1569,16 @@ _REQUEST_CUE = re.compile(
 # such pointer.
 _BACK = re.compile(r"\b(?:it|its|it's|they|them|their|that|those|this|these|there|he|she|him|her|his)\b")
 _WEATHER_IT = re.compile(r"\bit\b(?:\s+\S+){0,2}\s+(?:rain|raining|snow|snowing|sunny|cold|hot|warm|windy|freezing|cloudy)\b")
+
+
+def _asks_anew(s: TreeSettings, p: float, user_text: str, back: bool) -> bool:
+    """Do the user's words start another task, where the shift head gives ``p``? A message
+    that adds a request ("can I also book...", "one more thing") or a command that names its
+    own object ("set the heat to 68", "call mum"; not "book it", which points ``back``) opens
+    a task the head often scores low: on blind task dialogues it gave 0.2-0.3 at such openings
+    (docs/tree.md, "Added requests", "Commands")."""
+    return (p >= s.request_p and adds_request(user_text)) or \
+        (p >= s.command_p and not back and gives_command(user_text))
 
 
 def _refers_back(user_text: str, words: int) -> bool:
