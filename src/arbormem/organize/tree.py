@@ -328,7 +328,7 @@ class TreeSession:
                             not back and self.s.shift_spike > 0 and p > self.s.shift_spike_at and bool(usual)
                             and p > self.s.shift_spike * float(np.median(usual))):
                         return True
-                    if _asks_anew(self.s, p, ex.user_text, back):
+                    if _asks_anew(self.s, p, ex.user_text):
                         return True
                     # A return to another subject mid-session ("Mochi got her rabies shot
                     # today" during visa questions) links to the open topic like a related
@@ -1571,14 +1571,14 @@ _BACK = re.compile(r"\b(?:it|its|it's|they|them|their|that|those|this|these|ther
 _WEATHER_IT = re.compile(r"\bit\b(?:\s+\S+){0,2}\s+(?:rain|raining|snow|snowing|sunny|cold|hot|warm|windy|freezing|cloudy)\b")
 
 
-def _asks_anew(s: TreeSettings, p: float, user_text: str, back: bool) -> bool:
+def _asks_anew(s: TreeSettings, p: float, user_text: str) -> bool:
     """Do the user's words start another task, where the shift head gives ``p``? A message
     that adds a request ("can I also book...", "one more thing") or a command that names its
-    own object ("set the heat to 68", "call mum"; not "book it", which points ``back``) opens
-    a task the head often scores low: on blind task dialogues it gave 0.2-0.3 at such openings
-    (docs/tree.md, "Added requests", "Commands")."""
+    own object ("set the heat to 68", "call mum"; not "book it for Friday", which points back
+    with ``_BACK``'s words) opens a task the head often scores low: on blind task dialogues it
+    gave 0.2-0.3 at such openings (docs/tree.md, "Added requests", "Commands")."""
     return (p >= s.request_p and adds_request(user_text)) or \
-        (p >= s.command_p and not back and gives_command(user_text))
+        (p >= s.command_p and gives_command(user_text) and _BACK.search(user_text[:200].lower()) is None)
 
 
 def _refers_back(user_text: str, words: int) -> bool:
