@@ -114,7 +114,7 @@ class TreeSettings(BaseModel):
     # With the head, a message that opens with a command verb and points at nothing just said
     # ("set the heat to 68", "call mum"; organize/tree.py ``gives_command``) leaves the open
     # topic when the head gives it at least ``command_p`` (docs/tree.md, "Commands"). 1: off.
-    command_p: float = Field(default=0.25, ge=0.0, le=1.0)
+    command_p: float = Field(default=0.15, ge=0.0, le=1.0)
     # A new run rejoins an earlier topic (same thread) at this average link ...
     thread_threshold: float = 0.50
     # ... and joins the theme it relates to (or forms one with a lone related topic) at this.
