@@ -1578,16 +1578,20 @@ def _asks_anew(s: TreeSettings, p: float, user_text: str) -> bool:
     with ``_BACK``'s words) opens a task the head often scores low: on blind task dialogues it
     gave 0.2-0.3 at such openings (docs/tree.md, "Added requests", "Commands")."""
     return (p >= s.request_p and adds_request(user_text)) or \
-        (p >= s.command_p and gives_command(user_text) and _BACK.search(user_text[:200].lower()) is None)
+        (p >= s.command_p and gives_command(user_text) and not _points_back(user_text))
+
+
+def _points_back(user_text: str) -> bool:
+    """Does the user's message hold one of ``_BACK``'s words (in its first 200 characters)?"""
+    return _BACK.search(user_text[:200].lower()) is not None
 
 
 def _refers_back(user_text: str, words: int) -> bool:
-    """Is the user's message a short one (at most ``words`` words; 0: never) that points back
-    at what was just said (``_BACK``)?"""
-    if words <= 0:
-        return False
-    text = user_text[:200].lower().replace("’", "'")
-    return len(text.split()) <= words and _BACK.search(text) is not None and _WEATHER_IT.search(text) is None
+    """Is the user's message a short one (at most ``words`` words split on white space; 0:
+    never) that points back at what was just said (``_points_back``), the weather's "it"
+    aside?"""
+    head = user_text[:200].lower()
+    return 0 < words and len(head.split()) <= words and _points_back(user_text) and _WEATHER_IT.search(head) is None
 
 
 # A message that opens with a command verb: "set the heating to 21", "text Jake I'm running
