@@ -1587,11 +1587,11 @@ def _points_back(user_text: str) -> bool:
 
 
 def _refers_back(user_text: str, words: int) -> bool:
-    """Is the user's message a short one (at most ``words`` words split on white space; 0:
-    never) that points back at what was just said (``_points_back``), the weather's "it"
-    aside?"""
+    """Is the user's message a short one (at most ``words`` words as ``_words_in`` counts them,
+    like placement's other length rules; 0: never) that points back at what was just said
+    (``_points_back``), the weather's "it" aside?"""
     head = user_text[:200].lower()
-    return 0 < words and len(head.split()) <= words and _points_back(user_text) and _WEATHER_IT.search(head) is None
+    return 0 < words and _words_in(user_text) <= words and _points_back(user_text) and _WEATHER_IT.search(head) is None
 
 
 # A message that opens with a command verb: "set the heating to 21", "text Jake I'm running
