@@ -41,6 +41,7 @@ CHECK6 = ROOT / "benchmarks" / "data" / "taskseg_check6.json"
 CHECK7 = ROOT / "benchmarks" / "data" / "taskseg_check7.json"
 CHECK8 = ROOT / "benchmarks" / "data" / "taskseg_check8.json"
 CHECK9 = ROOT / "benchmarks" / "data" / "taskseg_check9.json"
+CHECK10 = ROOT / "benchmarks" / "data" / "taskseg_check10.json"
 #: Subject histories written blind, read since (development data now).
 SUBJECTS3 = ROOT / "benchmarks" / "data" / "subjects_check3.json"
 SUBJECTS4 = ROOT / "benchmarks" / "data" / "subjects_check4.json"
@@ -131,6 +132,30 @@ def _cue_partitions(tmp_path, minilm, d: dict, **off: float) -> tuple[list[int],
             placed.append(partition([topic[e.id] for e in added]))
             check_tree(mem, "u")
     return partition(sm.labels_from_segments(d["segments"])[::2]), placed[0], placed[1]
+
+
+def test_a_pleasantry_never_opens_a_topic(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    # Two blind dialogues: a puppy's vaccines booked, fleas asked about (a second task), then
+    # "ok great"; a dentist's emergency slot, then "Fine, see you at 11:20." and the twins'
+    # check-ups. The pleasantry links weakly to anything (thin vector, head 0.3-0.5) and the
+    # link rules took it for a new subject; it names none, so it stays where it is said
+    # (docs/tree.md, "Pleasantries").
+    from arbormem.organize.heuristics import is_pleasantry
+
+    for path, i, gold in ((CHECK8, 15, [0, 0, 0, 1, 1]), (CHECK10, 20, [0] * 5 + [1] * 4 + [2] * 3)):
+        d = json.loads(path.read_text())[i]
+        assert partition(sm.labels_from_segments(d["segments"])[::2]) == gold
+        with Memory(tmp_path / f"p{i}.db", embedder=minilm) as mem:
+            added = mem.add_many(_items(d), user_id="u")
+            topic = {e.id: e.topic_id for e in mem.exchanges(user_id="u")}
+            assert partition([topic[e.id] for e in added]) == gold
+            check_tree(mem, "u")
+    for text in ("ok great", "Thank you, you've been so helpful.", "Phew. Thanks for all your help.",
+                 "Fine, see you at 11:20.", "Perfect, that's everything. Have a good day.", "cool"):
+        assert is_pleasantry(text), text
+    for text in ("ok great, and is there parking?", "thanks! now the invoice", "Great, book it for Friday.",
+                 "perfect, can you text Jake"):
+        assert not is_pleasantry(text), text
 
 
 def test_a_message_adding_a_request_opens_a_task(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]

@@ -35,6 +35,21 @@ def is_trivial(ex: Exchange) -> bool:
     return bool(ex.user_text.strip())
 
 
+# Words a pleasantry adds to _PHATIC's: "Thank you, you've been so helpful", "Phew. Thanks for
+# all your help", "Perfect, that's everything".
+_PLEASANTRY = _PHATIC | frozenset("everything phew helpful lovely brilliant fantastic ta amazing super".split())
+
+
+def is_pleasantry(user_text: str) -> bool:
+    """A message that says nothing but pleasantries (thanks, assent, goodbye; numbers such as
+    a confirmed time aside) and asks nothing: "Thank you, you've been so helpful.", "ok
+    great", "Fine, see you at 11:20." It names no subject, so it never opens one
+    (``TreeSession.place``; docs/tree.md, "Pleasantries")."""
+    if "?" in user_text:
+        return False
+    return all(t in _PLEASANTRY or t.isdigit() for t in terms(user_text))
+
+
 # Only cues that mark a correction. "now", "update", "instead", "has changed" and a bare
 # "any more" are far too common alone: on LoCoMo dialogue they only produced false updates
 # ("Any more paintings coming up?", "A lot has changed since last time").
@@ -106,4 +121,4 @@ def shared_words(a: Mapping[str, int], b: Mapping[str, int], df: Mapping[str, in
     return num / math.sqrt(sum(v * v for v in wa.values()) * sum(v * v for v in wb.values()))
 
 
-__all__ = ["is_trivial", "names", "near_duplicate_text", "shared_words", "signature", "update_cue"]
+__all__ = ["is_pleasantry", "is_trivial", "names", "near_duplicate_text", "shared_words", "signature", "update_cue"]

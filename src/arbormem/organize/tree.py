@@ -48,7 +48,7 @@ from ..text import (
 )
 from . import labels
 from .aliases import drop_aliases
-from .heuristics import shared_words
+from .heuristics import is_pleasantry, shared_words
 from .index_text import llm_labelled, topic_index_text
 from .shift import ShiftHead
 from .title_vectors import PhraseVectors
@@ -242,7 +242,8 @@ class TreeSession:
                 target = None
         elif cur is not None and self.s.lookahead:
             target = self._settle(cur, (ex, vec)) or cur
-        elif cur is not None and self._opens(cur, ex, vec):
+        elif cur is not None and self._opens(cur, ex, vec) and not is_pleasantry(ex.user_text):
+            # (Judged all the same: the head's judgement joins the session's usual.)
             self.close(cur)
             target = None
         else:
