@@ -130,7 +130,9 @@ def test_a_message_announcing_its_shift_opens_a_topic(mem: Memory) -> None:
     assert nxt.topic_id != first.topic_id
     assert mem.topic(first.topic_id, user_id="u").frozen
     for text in ("Sorry, back to the wedding quickly.", "On another note, my dog", "Unrelated, but why",
-                 "Random question: how", "OK, changing the subject"):
+                 "Random question: how", "OK, changing the subject",
+                 # after a word of assent or thanks (a blind task set, 2026-12-04)
+                 "Brilliant. Different question, does the museum host", "Got it. Separate thing, my permit"):
         assert announces_shift(text), text
     # Not cues: they as often go on with the same subject.
     for text in ("Another question about the flat", "Is there another topic?", "I want to go back to the flat"):

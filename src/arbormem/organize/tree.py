@@ -1522,9 +1522,11 @@ def _words_in(text: str) -> int:
 # A message that announces its own change of subject, in its first words: "Different topic:
 # ...", "Sorry, back to the wedding quickly", "Unrelated, but ...", "On another note". Such a
 # cue is rare and unambiguous; the shift head, trained on dialogues that seldom say it, can
-# miss it when the subjects are close (a honeymoon and the wedding). English only.
+# miss it when the subjects are close (a honeymoon and the wedding). It may follow a word of
+# assent or thanks ("Brilliant. Different question, ...", "Got it. Separate thing, ..."). English only.
 _SHIFT_CUE = re.compile(
-    r"^\W*(?:(?:ok(?:ay)?|so|sorry|anyway|oh|right|also|and)\W+){0,2}(?:"
+    r"^\W*(?:(?:ok(?:ay)?|so|sorry|anyway|oh|right|also|and|alright|great|cool|brilliant|perfect|fine|lovely|"
+    r"excellent|awesome|nice|good|thanks|thank you|got it)\W+){0,3}(?:"
     r"(?:an?\s+)?(?:(?:totally|completely)\s+)?(?:different|unrelated|random|separate)\s+"
     r"(?:topic|subject|thing|question|note)\b|"
     r"(?:on\s+)?(?:an?\s+)?(?:another|other|new)\s+(?:topic|subject|note)\b|"
