@@ -1555,7 +1555,8 @@ def _picks_up(user_text: str, prev: Exchange) -> bool:
 
 
 # A message that adds another request: "Also, can I get my inhaler refilled?", "can I also
-# book the parent-teacher conference", "one more thing", "while I have you". Said to an agent,
+# book the parent-teacher conference", "one more thing", "while I have you", "Last thing, ...",
+# "While I'm at it, ...". Said to an agent,
 # it nearly always opens a new task; "also" inside a statement ("I also love grilling", "they
 # also enjoy maths") does not count: chit-chat says it that way. English only (docs/tree.md,
 # "Added requests").
@@ -1564,7 +1565,10 @@ _REQUEST_CUE = re.compile(
     r"\b(?:can|could|would|will|do|may)\s+(?:you|i|we)\s+also\b|"
     r"\b(?:i|we)\s+also\s+(?:need|want|would|have to|got to|gotta)\b|"
     r"\balso\s+(?:need|want|book|add|get|set|check|can|could|do|is|are|what|how|when|where|please)\b|"
-    r"\bone more (?:thing|question)\b|\bwhile i have you\b|\bseparately\b|\blastly\b|\banother thing\b")
+    r"\bone more (?:thing|question)\b|\bwhile i have you\b|\bseparately\b|\blastly\b|\banother thing\b|"
+    r"\bone (?:last|final|other) thing\b|"
+    r"(?:^|[.!?;:]\s*)(?:(?:ok|okay|right|yes|and|oh|so)[,.!]?\s+){0,2}(?:(?:last|final|next) thing\b|"
+    r"while (?:i'm|i’m|im|i am) (?:at it|on|here)\b)")
 
 
 # Words by which a short message points back at what was just said: "Does *it* have parking?",
