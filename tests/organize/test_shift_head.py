@@ -171,13 +171,16 @@ def test_a_message_adding_a_request_opens_a_task(tmp_path, minilm) -> None:  # t
     assert _cue_partitions(tmp_path, minilm, d, request_p=1.0) == ([0, 0, 0, 1, 1], [0, 0, 0, 1, 1], [0, 0, 0, 0, 0])
     for text in ("Also, can I get my inhaler refilled?", "oh and also the doorbell camera", "I also need my flu shot",
                  "while I have you, can I pause my membership", "One more thing: the invoice", "could you also book a taxi",
-                 "Last thing, I lost my locker key", "While I'm at it, can I switch to the cheaper plan?"):
+                 "Last thing, I lost my locker key", "While I'm at it, can I switch to the cheaper plan?",
+                 "Great. And can you book us a taxi home for around 10:30?", "ok, and do you sell flea treatment"):
         assert adds_request(text), text
     # "Also" in a statement is no request: chit-chat says it that way.
     for text in ("i have two children . they also enjoy math .", "sounds interesting i also love grilling",
                  "my husband also plays golf", "I'd like a table that is also quiet",
                  "Our neighbour, Mrs Ross, also pays band E.", "to sell it at the service and also in the shop",
-                 "the next thing to do is sand it", "is there any other thing I should bring"):
+                 "the next thing to do is sand it", "is there any other thing I should bring",
+                 # "and" asking about what was just said
+                 "And can I get a room there for this weekend?", "and could you send it to me"):
         assert not adds_request(text), text
 
 

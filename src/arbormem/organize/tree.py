@@ -1614,9 +1614,20 @@ def gives_command(user_text: str) -> bool:
     return _COMMAND.match(user_text[:100].lower()) is not None
 
 
+# "And can you book us a taxi home?", "ok, and do you sell flea treatment": a request joined on
+# with "and", asking the agent anew; one that points back ("and can I get a room there?") asks
+# about what was just said.
+_AND_ASKS = re.compile(
+    r"^\W*(?:(?:oh|ok|okay|great|cool|thanks|right|perfect|brilliant|lovely)[,.!]?\s+){0,2}"
+    r"and\W+(?:can|could|would|do|does)\W+(?:i|you|we|someone|u)\b")
+
+
 def adds_request(user_text: str) -> bool:
-    """The user's message adds another request (``_REQUEST_CUE``)."""
-    return _REQUEST_CUE.search(user_text[:400].lower()) is not None
+    """The user's message adds another request (``_REQUEST_CUE``, or ``_AND_ASKS`` pointing at
+    nothing just said)."""
+    low = user_text[:400].lower()
+    return _REQUEST_CUE.search(low) is not None or (
+        _AND_ASKS.search(low) is not None and not _points_back(user_text))
 
 
 def announces_shift(user_text: str) -> bool:
