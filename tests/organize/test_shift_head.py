@@ -219,6 +219,11 @@ def test_a_command_naming_its_own_object_opens_a_task(tmp_path, minilm) -> None:
         assert gives_command(text), text
     for text in ("I set the alarm already", "what's the weather", "can you call me back?"):
         assert not gives_command(text), text
+    # "that" as a conjunction points at nothing; as a pronoun it points back.
+    from arbormem.organize.tree import _points_back
+    assert not _points_back("text Sarah that I'll be late")
+    for text in ("book that for me", "is that ok", "tell him that we're late"):
+        assert _points_back(text), text
 
 
 def _history(mem: Memory, h: dict) -> dict[str, str]:

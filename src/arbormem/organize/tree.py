@@ -1574,7 +1574,9 @@ _REQUEST_CUE = re.compile(
 # Words by which a short message points back at what was just said: "Does *it* have parking?",
 # "Do *they* deliver?", "Is *there* a dress code?". "It" of the weather ("will it rain") is no
 # such pointer.
-_BACK = re.compile(r"\b(?:it|its|it's|they|them|their|that|those|this|these|there|he|she|him|her|his)\b")
+_BACK = re.compile(r"\b(?:it|its|it's|they|them|their|those|this|these|there|he|she|him|her|his|"
+                   # "that" as a conjunction ("text Sarah that I'll be late") points at nothing
+                   r"that(?!\s+(?:i|i'm|i'll|i've|i'd|we|we're|we'll|you|you're|you'll)\b))\b")
 _WEATHER_IT = re.compile(r"\bit\b(?:\s+\S+){0,2}\s+(?:rain|raining|snow|snowing|sunny|cold|hot|warm|windy|freezing|cloudy)\b")
 
 
