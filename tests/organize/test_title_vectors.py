@@ -299,3 +299,23 @@ def test_no_topic_is_titled_with_a_part_of_its_theme_s_title(tmp_path, minilm) -
     assert ("Hearing aids", "Hearing") not in pairs
     assert "Hearing aids" in {t for t, _ in pairs}
     assert not [p for p in pairs if labels.repeats(p[1], p[0])], pairs
+
+
+def test_no_two_topics_of_a_theme_share_a_title(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    """Two blind histories: Ellie's driving lessons (benchmarks/data/subjects_check15.json) held
+    two topics titled "Theory test" once the theme took "Driving lesson" from the older one (a
+    bulk write titles the newer first); Gord's hens (subjects_check18.json) met an "Honour
+    box" topic beside an "Honour box" sub-theme moved there by consolidation. The smaller of two
+    siblings with one title takes its next phrase (docs/titles.md, "Siblings")."""
+    for file, name, before in (("subjects_check15.json", "Ellie", "Theory test"), ("subjects_check18.json", "Gord", "Honour box")):
+        with Memory(tmp_path / f"{name}.db", embedder=minilm) as mem:
+            mem.add_many(_items(history(file, name)), user_id="u")
+            for _ in range(2):
+                check_tree(mem, "u")
+                titles = [n.title for n in mem.tree(user_id="u").walk()]
+                assert before in titles
+                for node in mem.tree(user_id="u").walk():
+                    if node.kind == "theme":
+                        keys = [labels.title_key(c.title) for c in node.children]
+                        assert len(keys) == len(set(keys)), (node.title, [c.title for c in node.children])
+                mem.consolidate("u")

@@ -930,6 +930,16 @@ class TreeSession:
         for a in new_chain:
             if a.kind == "theme":
                 self.recompute(a)
+        # A node moved beside a sibling of its title: the smaller takes its next phrase at
+        # flush (``_title`` keeps a bigger sibling's title out; consolidation's moves join
+        # visits of one subject, whose topics often share their best phrase).
+        if new_parent.kind == "theme" and node.title:
+            key = labels.title_key(node.title)
+            for sib in self.children(new_parent):
+                if sib.id != node.id and labels.title_key(sib.title) == key:
+                    loser = sib if _outranks(node, sib) else node
+                    loser.meta.titled = None  # due at flush
+                    self._dirty.add(loser.id)
 
     def _add_to(self, leaf: TopicRecord, ex: Exchange, vec: np.ndarray, counts: Mapping[str, int]) -> None:
         phrases: dict[str, int] | None = None
@@ -1278,6 +1288,7 @@ class TreeSession:
                 node.meta.titled = (node.size, len(self.children(node)) if node.kind == "theme" else 0)
                 if node.title != before and node.parent_id:
                     stale.add(node.parent_id)
+                    retitled.extend(self._unshare(node, df, n_docs))
                 # Also when the title stayed but the children changed: a branch joined under
                 # a namesake (consolidation's namesakes step) arrives titled as its new parent.
                 if node.kind == "theme":
@@ -1352,6 +1363,11 @@ class TreeSession:
         within = [parent.title] if parent is not None and parent.kind == "theme" and parent.title else []
         # ... nor a bigger top-level namesake's it was not joined to (``distinguish_namesakes``)
         avoid = within + node.meta.not_titled
+        # ... nor a bigger sibling's under a theme ("Bla Bheinn", "Bla Bheinn" under one walk
+        # told a reader nothing of the second; ``_unshare``). At the top level equal titles are
+        # the namesakes step's signal, so they are told apart only after it.
+        if parent is not None and parent.kind == "theme":
+            avoid += [k.title for k in self.children(parent) if k.title and _outranks(k, node)]
         phrases = node.meta.phrases
         # Themes and one-offs only are titled by closeness: a topic under a theme says what
         # sets it apart from its siblings, which the phrase nearest its own centroid mostly
@@ -1415,6 +1431,28 @@ class TreeSession:
             if title != kid.title:
                 kid.title = title
                 out.append(kid)
+                out.extend(self._unshare(kid, known, n_docs))  # a smaller sibling may wear it
+        return out
+
+    def _unshare(self, node: TopicRecord, df: Mapping[str, int], n_docs: int) -> list[TopicRecord]:
+        """Smaller siblings under a theme that wear ``node``'s new title, retitled with their
+        next phrase (``_title`` keeps a bigger sibling's title out). Reads the siblings only
+        when ``node``'s title changed."""
+        parent = self.get(node.parent_id) if node.parent_id else None
+        if parent is None or parent.kind != "theme":
+            return []
+        key = labels.title_key(node.title)
+        out = []
+        for kid in self.children(parent):
+            if kid.id == node.id or labels.title_key(kid.title) != key or not _outranks(node, kid) \
+                    or llm_labelled(kid) or not kid.meta.phrases:
+                continue
+            words = labels.phrase_words(kid.meta.phrases)
+            known = {**df, **self.store.get_term_df(self.user_id, [w for w in words if w not in df])}
+            title = self._title(kid, known, n_docs)
+            if title != kid.title:
+                kid.title = title
+                out.append(kid)
         return out
 
     def _extractive_summary(self, leaf: TopicRecord, df: Mapping[str, int], n_docs: int) -> str:
@@ -1431,6 +1469,11 @@ class TreeSession:
         top = sorted(best, key=lambda b: -b[0])[:2]
         text = " ".join(s for _, _, s in sorted(top, key=lambda b: b[1]))
         return shorten(text, 240) if text else leaf.summary
+
+
+def _outranks(a: TopicRecord, b: TopicRecord) -> bool:
+    """Does sibling ``a`` keep a title it shares with ``b``? The bigger does; on a tie the older."""
+    return a.id != b.id and (a.size, -a.created_seq, a.id) > (b.size, -b.created_seq, b.id)
 
 
 #: Cosine to its stored centroid at which a theme's centroid is not rewritten (flush).
