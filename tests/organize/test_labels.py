@@ -216,6 +216,9 @@ def test_phrase_keys_and_case_hints() -> None:
     counts = merge_phrases(phrase_counts("my tax return. the tax office. tax forms. tax help"),
                            phrase_counts("I NEED TAX HELP"))
     assert make_title(counts, {}, 10).startswith("Tax")  # one shouted use among five
+    # Two words in capitals and most of the text shout too (a blind history's "PUMASA SI PAOLO!!!").
+    assert not [k for k in phrase_counts("PUMASA SI PAOLO!!! 🎉") if not is_phrase(k)]
+    assert "NHS" in phrase_counts("The NHS and NICE guidelines say so.")
     # Capitals as emphasis, in a text that also writes the word capitalised, are no acronym.
     counts = exchange_phrase_counts('Crossword clue: "Superb ream of paper hides a fish (5)".',
                                     'The answer is BREAM, hidden in "superB REAM". Ream of paper is the surface.')

@@ -588,14 +588,15 @@ def phrase_counts(text: str) -> dict[str, int]:
 
 
 def _caps_context(surfaces: list[str]) -> tuple[bool, set[str]]:
-    """Whether a text shouts (three words of three letters or more in capitals, and most of
-    them: "I NEED TAX HELP" must not title a topic "TAX"; ``_Pool.render`` takes an acronym at
+    """Whether a text shouts (two words of three letters or more in capitals, and most of
+    them: "I NEED TAX HELP" must not title a topic "TAX", nor "PUMASA SI PAOLO!!!" one
+    "PUMASA SI paolo"; ``_Pool.render`` takes an acronym at
     a quarter of a word's uses), and the words it writes capitalised, in lower case (one it
     also writes in capitals is emphasis: "superB REAM" beside "Ream of paper"; a lower-case
     form does not count, as it may be a web address: "nzsl.nz" beside "NZSL")."""
     words = [w for w in surfaces if len(w) >= 3 and w.isalpha()]
     caps = sum(w.isupper() for w in words)
-    return caps >= 3 and 2 * caps > len(words), {w.lower() for w in surfaces if w[:1].isupper() and not w.isupper()}
+    return caps >= 2 and 2 * caps > len(words), {w.lower() for w in surfaces if w[:1].isupper() and not w.isupper()}
 
 
 USER_WEIGHT = 2
