@@ -224,6 +224,25 @@ def test_a_theme_prefers_the_candidate_its_opening_message_names() -> None:
     assert "daughter" in labels.opening_words("My daughter's exams start in May")
 
 
+def test_a_topic_alone_at_the_top_prefers_what_its_opening_message_names(tmp_path, minilm) -> None:  # type: ignore[no-untyped-def]
+    """docs/titles.md, "A topic's opening message": a blind history's knee injury (Jayden,
+    benchmarks/data/subjects_check17.json), eight exchanges in one topic at the top level, was
+    titled "Single leg" (squats said once: a phrase whose words never come alone has full
+    cohesion) over "Knee", said in nearly every message. Its first message names the knee."""
+    phrases = {"single leg": 3, "single": 3, "leg": 3, "knee": 16, "physio": 15, "mcl sprain": 4, "mcl": 7, "sprain": 6}
+    df = {"single": 1, "leg": 1, "knee": 8, "physio": 6, "mcl": 5, "sprain": 5}
+    assert labels.make_title(phrases, df, 48, members=8) == "Single leg"
+    opening = labels.opening_words("hurt my knee at footy on saturday, twisted it landing")
+    assert labels.make_title(phrases, df, 48, members=8, opening=opening) == "Knee"
+    # With closeness (themes, one-offs) the opening message weighs the closeness instead.
+    assert labels.make_title(phrases, df, 48, members=8, opening=opening, closeness=lambda t: None) == "Single leg"
+    with Memory(tmp_path / "j.db", embedder=minilm) as mem:
+        mem.add_many(_items(history("subjects_check17.json", "Jayden")), user_id="u")
+        check_tree(mem, "u")
+        tops = {c.title for c in mem.tree(user_id="u").children}
+    assert "Knee" in tops and "Single leg" not in tops, tops
+
+
 def test_a_two_word_phrase_of_the_opening_message_is_a_candidate() -> None:
     """"Fly fishing" is said once, in the opening message; "fishing" is not among the theme's
     best words, so the phrase was no candidate and the theme read "Trout". A two-word phrase

@@ -1373,7 +1373,11 @@ class TreeSession:
         # sets it apart from its siblings, which the phrase nearest its own centroid mostly
         # does not (docs/titles.md, "Nearest phrase"). A theme's opening message is read once.
         near = self._closeness(node) if node.kind == "theme" or self._one_off(node) else None
-        opening = self._opening(node) if near is not None and node.kind == "theme" else frozenset()
+        # A topic of several exchanges alone at the top level is a subject of its own: its first
+        # message names it ("my knee started hurting at footy"), where its counts may rank a
+        # phrase said once ("single leg" squats) first (docs/titles.md, "A topic's opening message").
+        alone = node.kind == "topic" and node.parent_id == self.root.id and node.size >= 2
+        opening = self._opening(node) if (near is not None and node.kind == "theme") or alone else frozenset()
         if node.kind == "theme":
             children = self.children(node)
             kids = [k.meta.phrases for k in children]
