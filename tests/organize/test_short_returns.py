@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from arbormem import Memory
+from arbormem.errors import NotFoundError
 from arbormem.eval import segmetrics as sm
 
 from .conftest import add_history, check_tree, default_settings, history
@@ -107,15 +108,24 @@ def test_namesakes_at_the_top_level_become_one_branch(tmp_path, minilm) -> None:
         moves = [c for c in mem.store.list_changes("u", limit=500)
                  if c.action == "rehome" and c.detail["reason"].startswith("titled as")]
         assert moves
+        checked = 0
         for c in moves:
             assert c.detail["link"] >= c.detail["threshold"]  # no less related than any two exchanges
             # Under the branch it joined (a later move may have split that branch's children
-            # into sub-themes: fan-out stays bounded).
-            chain, node = [], mem.topic(c.target_id, user_id="u")
+            # into sub-themes: fan-out stays bounded). A theme that joined and then lost all but
+            # one child to the misplaced-topics step is dissolved (a theme with one child is that
+            # child): its move has no node left to follow.
+            try:
+                node = mem.topic(c.target_id, user_id="u")
+            except NotFoundError:
+                continue
+            checked += 1
+            chain = []
             while node.parent_id is not None:
                 chain.append(node.parent_id)
                 node = mem.topic(node.parent_id, user_id="u")
             assert c.detail["to"] in chain
+        assert checked or len(moves) == 1
         assert len(namesakes()) < len(twins)
         assert {e.id for e in mem.exchanges(user_id="u")} == exchanges
         check_tree(mem, "u")

@@ -726,7 +726,10 @@ class TreeSession:
         """Consolidation's last step: top-level nodes that still share a title after the
         namesakes step (``home_namesake``: not related enough to join) are told apart. Each but
         the biggest keeps that title out (``meta.not_titled``) and takes its next phrase at
-        flush; returns them.
+        flush; returns them. The open topic itself keeps its title while it grows; a theme
+        holding it is told apart like any other (once only closed ones were: on a LoCoMo
+        conversation the misplaced-topics step grouped moved topics into a new top-level theme
+        titled as the open "Dance studio" theme, and both stayed).
 
         Why after the step and not while titling: the namesakes step reads equal titles as its
         signal that two branches are one subject, so titles must not be made distinct before
@@ -743,7 +746,7 @@ class TreeSession:
                 continue
             nodes.sort(key=lambda n: (n.size, -n.created_seq, n.id), reverse=True)
             for n in nodes[1:]:
-                if n.frozen and n.id != current and key not in n.meta.not_titled:
+                if n.id != current and key not in n.meta.not_titled:
                     n.meta.not_titled.append(key)
                     n.meta.titled = None  # due at flush
                     self._dirty.add(n.id)
