@@ -744,7 +744,7 @@ class TreeSession:
         for key, nodes in groups.items():
             if len(nodes) < 2:
                 continue
-            nodes.sort(key=lambda n: (n.size, -n.created_seq, n.id), reverse=True)
+            nodes.sort(key=_rank, reverse=True)
             for n in nodes[1:]:
                 if n.id != current and key not in n.meta.not_titled:
                     n.meta.not_titled.append(key)
@@ -805,7 +805,7 @@ class TreeSession:
                             + weight * (shared_words(a.terms, b.terms, df, n_docs) - usual)
                     if score < at or (best is not None and score <= best[0]):
                         continue
-                    mover, target = sorted((a, b), key=lambda n: (n.size, -n.created_seq, n.id))
+                    mover, target = sorted((a, b), key=_rank)
                     if mover.frozen and mover.id != current and not mover.meta.stays:
                         best = (score, mover, target)
             if best is None:
@@ -1432,13 +1432,9 @@ class TreeSession:
         for kid in self.children(theme):
             if not labels.repeats(kid.title, theme.title) or llm_labelled(kid) or not kid.meta.phrases:
                 continue
-            words = labels.phrase_words(kid.meta.phrases)
-            known = {**df, **self.store.get_term_df(self.user_id, [w for w in words if w not in df])}
-            title = self._title(kid, known, n_docs)  # now avoids the theme's new title
-            if title != kid.title:
-                kid.title = title
+            if self._retitle(kid, df, n_docs):  # now avoids the theme's new title
                 out.append(kid)
-                out.extend(self._unshare(kid, known, n_docs))  # a smaller sibling may wear it
+                out.extend(self._unshare(kid, df, n_docs))  # a smaller sibling may wear it
         return out
 
     def _unshare(self, node: TopicRecord, df: Mapping[str, int], n_docs: int) -> list[TopicRecord]:
@@ -1454,13 +1450,20 @@ class TreeSession:
             if kid.id == node.id or labels.title_key(kid.title) != key or not _outranks(node, kid) \
                     or llm_labelled(kid) or not kid.meta.phrases:
                 continue
-            words = labels.phrase_words(kid.meta.phrases)
-            known = {**df, **self.store.get_term_df(self.user_id, [w for w in words if w not in df])}
-            title = self._title(kid, known, n_docs)
-            if title != kid.title:
-                kid.title = title
+            if self._retitle(kid, df, n_docs):
                 out.append(kid)
         return out
+
+    def _retitle(self, kid: TopicRecord, df: Mapping[str, int], n_docs: int) -> bool:
+        """Title ``kid`` again (the document frequencies of its phrases' words read where
+        ``df``, the flush's, lacks them); whether its title changed."""
+        words = labels.phrase_words(kid.meta.phrases)
+        known = {**df, **self.store.get_term_df(self.user_id, [w for w in words if w not in df])}
+        title = self._title(kid, known, n_docs)
+        if title == kid.title:
+            return False
+        kid.title = title
+        return True
 
     def _extractive_summary(self, leaf: TopicRecord, df: Mapping[str, int], n_docs: int) -> str:
         members = self.store.list_exchanges(self.user_id, topic_id=leaf.id)
@@ -1478,9 +1481,15 @@ class TreeSession:
         return shorten(text, 240) if text else leaf.summary
 
 
+def _rank(node: TopicRecord) -> tuple[int, int, str]:
+    """Of two nodes the one with the higher rank stays (keeps a title they share; is the one
+    the other moves under): the bigger, on a tie the older."""
+    return node.size, -node.created_seq, node.id
+
+
 def _outranks(a: TopicRecord, b: TopicRecord) -> bool:
-    """Does sibling ``a`` keep a title it shares with ``b``? The bigger does; on a tie the older."""
-    return a.id != b.id and (a.size, -a.created_seq, a.id) > (b.size, -b.created_seq, b.id)
+    """Does sibling ``a`` keep a title it shares with ``b`` (``_rank``)?"""
+    return a.id != b.id and _rank(a) > _rank(b)
 
 
 #: Cosine to its stored centroid at which a theme's centroid is not rewritten (flush).
